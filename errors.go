@@ -1,0 +1,22 @@
+package setnxlock
+
+import "errors"
+
+// ErrNotAcquired reports that the lock could not be taken: another client
+// holds a live lease, or (from Acquire) the context ended first, in which
+// case the error also matches the context's error.
+var ErrNotAcquired = errors.New("setnxlock: not acquired")
+
+// ErrNotHeld reports that a Release (or later a Refresh) found the lock no
+// longer ours: our lease had expired, or the key holds another owner's value.
+var ErrNotHeld = errors.New("setnxlock: lock not held")
+
+// ErrNotLockValue reports that the key holds something that is not a lock
+// value this library can read: garbage text, or a key of another type (H7).
+// The key is left as it was.
+var ErrNotLockValue = errors.New("setnxlock: key holds a value that is not a lock")
+
+// ErrInvalidArgument reports bad input to New, an Option or a method: a nil
+// client, an empty key, a TTL or backoff out of range. Nothing is written to
+// Redis when it is returned.
+var ErrInvalidArgument = errors.New("setnxlock: invalid argument")

@@ -1,0 +1,250 @@
+package setnxlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Locker hands out locks on Redis keys. It is safe for concurrent use; create
+// one per client and configuration and share it.
+type Locker struct {
+	client  redis.UniversalClient
+	cfg     config
+	pending pendingWrites
+}
+
+// New returns a Locker that locks keys through client. It returns an error
+// matching ErrInvalidArgument, and sends nothing to Redis, when client is nil
+// or an option is out of range.
+func New(client redis.UniversalClient, opts ...Option) (*Locker, error) {
+	if isNil(client) {
+		return nil, fmt.Errorf("%w: nil redis client", ErrInvalidArgument)
+	}
+	cfg := defaultConfig()
+	for _, opt := range opts {
+		if opt == nil {
+			return nil, fmt.Errorf("%w: nil Option", ErrInvalidArgument)
+		}
+		if err := opt(&cfg); err != nil {
+			return nil, err
+		}
+	}
+	return &Locker{client: client, cfg: cfg}, nil
+}
+
+// isNil catches both a nil interface and a typed nil such as
+// (*redis.Client)(nil), which would otherwise panic on first use.
+func isNil(client redis.UniversalClient) bool {
+	if client == nil {
+		return true
+	}
+	v := reflect.ValueOf(client)
+	return v.Kind() == reflect.Pointer && v.IsNil()
+}
+
+// TTL returns the lease length the Locker writes into lock values.
+func (l *Locker) TTL() time.Duration { return l.cfg.ttl }
+
+// maxStartOvers bounds how often one attempt starts over because the key
+// vanished between SETNX and GET (its holder released in between).
+const maxStartOvers = 3
+
+// TryAcquire makes one attempt to take the lock on key and returns
+// ErrNotAcquired at once if another client holds a live lease. A lease whose
+// expiry has passed by the Locker's clock is taken over (see deadlock.go).
+func (l *Locker) TryAcquire(ctx context.Context, key string) (*Lock, error) {
+	lock, _, err := l.tryAcquire(ctx, key)
+	return lock, err
+}
+
+// tryAcquire is one attempt of the SETNX page's algorithm. Besides the lock it
+// returns, when it is known, the expiry of the lease that refused us, which
+// lets Acquire sleep no longer than necessary.
+func (l *Locker) tryAcquire(ctx context.Context, key string) (*Lock, time.Time, error) {
+	if key == "" {
+		return nil, time.Time{}, fmt.Errorf("%w: empty key", ErrInvalidArgument)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, time.Time{}, fmt.Errorf("setnxlock: acquire %q: %w", key, err)
+	}
+	for range maxStartOvers {
+		expiry := l.leaseFrom(l.cfg.clock.Now())
+		value := formatValue(expiry, newToken(), "")
+
+		// Step 1: SETNX key <expiry>.
+		created, err := l.setnx(ctx, key, value)
+		if err != nil {
+			// H5: the server may have applied SETNX and only the reply was
+			// lost. Remember the value so the next attempt recognises it as
+			// ours instead of waiting out our own lease.
+			l.pending.remember(key, value, expiry, l.cfg.clock.Now())
+			return nil, time.Time{}, fmt.Errorf("setnxlock: SETNX %q: %w", key, err)
+		}
+		if created {
+			return l.newLock(key, value, "", expiry), time.Time{}, nil
+		}
+
+		// Step 2: the key exists; read whose lease it is.
+		current, found, err := l.get(ctx, key)
+		if err != nil {
+			return nil, time.Time{}, fmt.Errorf("setnxlock: GET %q: %w", key, err)
+		}
+		if !found {
+			continue // released between SETNX and GET: start over
+		}
+		now := l.cfg.clock.Now()
+		// H5: a value only we can have written, by a SETNX whose reply we
+		// never saw (here, or a go-redis retry of the SETNX just sent).
+		if current == value && now.Before(expiry) {
+			return l.newLock(key, value, "", expiry), time.Time{}, nil
+		}
+		if write, ok := l.pending.claim(key, current, now); ok {
+			return l.newLock(key, write.value, "", write.expiry), time.Time{}, nil
+		}
+		holderExpiry, err := parseExpiry(current)
+		if err != nil {
+			return nil, time.Time{}, fmt.Errorf("setnxlock: key %q: %w", key, err) // H7: left untouched
+		}
+		if !expired(holderExpiry, now) {
+			return nil, holderExpiry, fmt.Errorf("%w: %q is held until %s", ErrNotAcquired, key, holderExpiry.Format(time.RFC3339Nano))
+		}
+
+		// Step 3: the holder's lease has expired: try to take it over.
+		return l.takeOver(ctx, key, current)
+	}
+	return nil, time.Time{}, fmt.Errorf("%w: %q was released and re-taken %d times in one attempt", ErrNotAcquired, key, maxStartOvers)
+}
+
+// leaseFrom is the expiry of a lease that starts at now, at the stored
+// millisecond resolution.
+func (l *Locker) leaseFrom(now time.Time) time.Time {
+	return now.Add(l.cfg.ttl).Truncate(time.Millisecond)
+}
+
+func (l *Locker) newLock(key, value, tag string, expiry time.Time) *Lock {
+	return &Lock{locker: l, key: key, value: value, tag: tag, expiresAt: expiry}
+}
+
+// Acquire takes the lock on key, waiting while another client holds it. It
+// retries with exponential backoff and jitter (WithBackoff), never sleeping
+// much past the holder's lease when that is known, and retries transient
+// network errors. It has no deadline of its own: when ctx ends first it
+// returns an error matching both ErrNotAcquired and ctx.Err().
+func (l *Locker) Acquire(ctx context.Context, key string) (*Lock, error) {
+	backoff := newBackoff(l.cfg.minBackoff, l.cfg.maxBackoff)
+	for {
+		lock, holderExpiry, err := l.tryAcquire(ctx, key)
+		if err == nil {
+			return lock, nil
+		}
+		if ctxErr := ctx.Err(); ctxErr != nil {
+			return nil, contextEnded(key, ctxErr, err)
+		}
+		if !retryable(err) {
+			return nil, err
+		}
+		wait := backoff.next()
+		if !holderExpiry.IsZero() {
+			wait = capAtLease(wait, holderExpiry.Sub(l.cfg.clock.Now()), l.cfg.minBackoff)
+		}
+		if err := sleep(ctx, wait); err != nil {
+			return nil, contextEnded(key, err, nil)
+		}
+	}
+}
+
+// contextEnded is Acquire's error when its context ends: it matches
+// ErrNotAcquired and the context's error, and keeps the last attempt's error
+// for the message.
+func contextEnded(key string, ctxErr, last error) error {
+	if last != nil && !errors.Is(last, ErrNotAcquired) && !errors.Is(last, ctxErr) {
+		return fmt.Errorf("%w: %q: %w (last attempt: %v)", ErrNotAcquired, key, ctxErr, last)
+	}
+	return fmt.Errorf("%w: %q: %w", ErrNotAcquired, key, ctxErr)
+}
+
+// retryable reports whether Acquire should try again after err: yes when
+// the lock was held, and for transport failures (timeouts, dropped
+// connections) that may heal; no for bad input, foreign values (H7) and
+// error replies from the server, which a retry would only repeat.
+func retryable(err error) bool {
+	if errors.Is(err, ErrNotAcquired) {
+		return true
+	}
+	if errors.Is(err, ErrInvalidArgument) || errors.Is(err, ErrNotLockValue) {
+		return false
+	}
+	var redisErr redis.Error
+	return !errors.As(err, &redisErr)
+}
+
+// Lock is a lease on one key, returned by TryAcquire or Acquire. Its methods
+// are safe for concurrent use.
+type Lock struct {
+	locker *Locker
+	key    string
+
+	mu        sync.Mutex
+	value     string    // exactly what we stored; ownership is this string
+	tag       string    // takeover tag when acquired by GETSET, else ""
+	expiresAt time.Time // end of our lease by the Locker's clock
+	released  bool
+}
+
+// Key returns the Redis key the lock is held on.
+func (k *Lock) Key() string { return k.key }
+
+// ExpiresAt returns the end of the lease: after this instant, by the
+// Locker's clock, other clients may take the lock over.
+func (k *Lock) ExpiresAt() time.Time {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.expiresAt
+}
+
+// Release gives the lock up. It deletes the key only if it still holds our
+// value, atomically (H3). It returns an error matching ErrNotHeld, and leaves
+// any other owner's key alone, when our lease has already expired or the key
+// is no longer ours; an expired value that is still ours is deleted as a
+// courtesy, but the caller is still told the lease was lost. Calling Release
+// again after it succeeded also returns ErrNotHeld.
+func (k *Lock) Release(ctx context.Context) error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.released {
+		return fmt.Errorf("%w: %q was already released", ErrNotHeld, k.key)
+	}
+	live := !expired(k.expiresAt, k.locker.cfg.clock.Now())
+	deleted, err := k.locker.compareAndWrite(ctx, k.key,
+		func(current string) bool { return k.owns(current, live) },
+		func(pipe redis.Pipeliner) { pipe.Del(ctx, k.key) })
+	if err != nil {
+		return fmt.Errorf("setnxlock: release %q: %w", k.key, err)
+	}
+	k.released = true
+	switch {
+	case !live:
+		return fmt.Errorf("%w: the lease on %q expired at %s", ErrNotHeld, k.key, k.expiresAt.Format(time.RFC3339Nano))
+	case !deleted:
+		return fmt.Errorf("%w: %q no longer holds our value", ErrNotHeld, k.key)
+	}
+	return nil
+}
+
+// owns decides whether the key's current value is ours. Our exact value
+// always is (H3). While our lease is live, so is a leftover written by a
+// client that lost the GETSET race for the same expired value we won: it
+// carries our takeover tag, and only we can hold a lease taken over from
+// that value (H2, see deadlock.go).
+func (k *Lock) owns(current string, live bool) bool {
+	if current == k.value {
+		return true
+	}
+	return live && k.tag != "" && tagOf(current) == k.tag
+}

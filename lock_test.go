@@ -1,0 +1,267 @@
+package setnxlock
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+var ctx = context.Background()
+
+func TestUncontendedLockIsTakenWithOneSetnxAndReleased(t *testing.T) {
+	onEachBackend(t, func(t *testing.T, b *backend) {
+		client := b.client(t)
+		sent := record(client)
+		l := b.lockerOn(t, client)
+
+		lock, err := l.TryAcquire(ctx, "lock.report")
+		require.NoError(t, err)
+		assert.Equal(t, "lock.report", lock.Key())
+		assert.Equal(t, epoch.Add(10*time.Second), lock.ExpiresAt())
+		assert.Equal(t, "SETNX", sent.names())
+
+		stored := b.value(t, "lock.report")
+		expiryMillis, token, _ := strings.Cut(stored, ":")
+		assert.Equal(t, strconv.FormatInt(epoch.Add(10*time.Second).UnixMilli(), 10), expiryMillis)
+		assert.GreaterOrEqual(t, len(token)*5, 128, "owner token must carry at least 128 random bits")
+
+		require.NoError(t, lock.Release(ctx))
+		assert.Equal(t, "<missing>", b.value(t, "lock.report"))
+		assert.Equal(t, "SETNX WATCH GET MULTI DEL EXEC", sent.names())
+	})
+}
+
+func TestLiveLeaseRefusesOthersAndIsLeftUntouched(t *testing.T) {
+	onEachBackend(t, func(t *testing.T, b *backend) {
+		holder, err := b.locker(t).TryAcquire(ctx, "lock.k")
+		require.NoError(t, err)
+		before := b.value(t, "lock.k")
+
+		b.clock.Advance(10*time.Second - time.Millisecond)
+		_, err = b.locker(t).TryAcquire(ctx, "lock.k")
+		require.ErrorIs(t, err, ErrNotAcquired)
+		assert.Equal(t, before, b.value(t, "lock.k"))
+		require.NoError(t, holder.Release(ctx))
+	})
+}
+
+func TestEveryTokenIsFresh(t *testing.T) {
+	onEachBackend(t, func(t *testing.T, b *backend) {
+		l := b.locker(t)
+		seen := map[string]bool{}
+		for range 50 {
+			lock, err := l.TryAcquire(ctx, "lock.k")
+			require.NoError(t, err)
+			v := b.value(t, "lock.k")
+			require.False(t, seen[v], "value %q written twice", v)
+			seen[v] = true
+			require.NoError(t, lock.Release(ctx))
+		}
+	})
+}
+
+// H3: a holder whose lease expired and was taken over must not delete the
+// new holder's key when it finally calls Release.
+func TestLateReleaseDoesNotTouchTheNextHolder(t *testing.T) {
+	onEachBackend(t, func(t *testing.T, b *backend) {
+		late, err := b.locker(t).TryAcquire(ctx, "lock.k")
+		require.NoError(t, err)
+
+		b.clock.Advance(10 * time.Second)
+		next, err := b.locker(t).TryAcquire(ctx, "lock.k")
+		require.NoError(t, err)
+		nextValue := b.value(t, "lock.k")
+
+		require.ErrorIs(t, late.Release(ctx), ErrNotHeld)
+		assert.Equal(t, nextValue, b.value(t, "lock.k"))
+		require.NoError(t, next.Release(ctx))
+	})
+}
+
+// H3, checked beyond the lease arithmetic: even while our own clock still
+// calls the lease live, Release deletes only our exact value.
+func TestReleaseLeavesAValueThatIsNotOursAlone(t *testing.T) {
+	onEachBackend(t, func(t *testing.T, b *backend) {
+		lock, err := b.locker(t).TryAcquire(ctx, "lock.k")
+		require.NoError(t, err)
+		foreign := strconv.FormatInt(epoch.Add(time.Minute).UnixMilli(), 10)
+		b.set(t, "lock.k", foreign)
+
+		require.ErrorIs(t, lock.Release(ctx), ErrNotHeld)
+		assert.Equal(t, foreign, b.value(t, "lock.k"))
+	})
+}
+
+func TestReleaseAfterOwnExpiryCleansUpButReportsNotHeld(t *testing.T) {
+	onEachBackend(t, func(t *testing.T, b *backend) {
+		lock, err := b.locker(t).TryAcquire(ctx, "lock.k")
+		require.NoError(t, err)
+		b.clock.Advance(10 * time.Second)
+
+		require.ErrorIs(t, lock.Release(ctx), ErrNotHeld)
+		assert.Equal(t, "<missing>", b.value(t, "lock.k"), "our own expired value is cleaned up")
+	})
+}
+
+func TestReleaseTwiceReportsNotHeld(t *testing.T) {
+	onEachBackend(t, func(t *testing.T, b *backend) {
+		l := b.locker(t)
+		lock, err := l.TryAcquire(ctx, "lock.k")
+		require.NoError(t, err)
+		require.NoError(t, lock.Release(ctx))
+		again, err := l.TryAcquire(ctx, "lock.k")
+		require.NoError(t, err)
+
+		require.ErrorIs(t, lock.Release(ctx), ErrNotHeld)
+		require.NoError(t, again.Release(ctx), "the second Release must not have touched the new lock")
+	})
+}
+
+// H5: the server applies SETNX but the reply is lost. The next attempt finds
+// our own token at the key and takes the lock instead of waiting out our own
+// lease.
+func TestLostSetnxReplyIsRecognisedOnTheNextAttempt(t *testing.T) {
+	onEachBackend(t, func(t *testing.T, b *backend) {
+		client := b.client(t)
+		loseReply(client, "setnx")
+		l := b.lockerOn(t, client)
+
+		_, err := l.TryAcquire(ctx, "lock.k")
+		require.Error(t, err)
+		require.NotErrorIs(t, err, ErrNotAcquired)
+		written := b.value(t, "lock.k")
+
+		b.clock.Advance(time.Second)
+		lock, err := l.TryAcquire(ctx, "lock.k")
+		require.NoError(t, err, "our own SETNX must be recognised")
+		assert.Equal(t, epoch.Add(10*time.Second), lock.ExpiresAt(), "the lease is the one we wrote")
+		assert.Equal(t, written, b.value(t, "lock.k"))
+		require.NoError(t, lock.Release(ctx))
+		assert.Equal(t, "<missing>", b.value(t, "lock.k"))
+	})
+}
+
+// H5 through Acquire: the retry after the lost reply owns the lock at once.
+func TestAcquireRecognisesItsOwnLostSetnx(t *testing.T) {
+	onEachBackend(t, func(t *testing.T, b *backend) {
+		client := b.client(t)
+		loseReply(client, "setnx")
+		l := b.lockerOn(t, client)
+
+		ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		lock, err := l.Acquire(ctx, "lock.k") // the ManualClock never moves: waiting out the lease would time out
+		require.NoError(t, err)
+		require.NoError(t, lock.Release(ctx))
+	})
+}
+
+// Another client's value is never claimed through the H5 memory.
+func TestLostSetnxReplyDoesNotClaimAnotherClientsLock(t *testing.T) {
+	onEachBackend(t, func(t *testing.T, b *backend) {
+		holder, err := b.locker(t).TryAcquire(ctx, "lock.k")
+		require.NoError(t, err)
+		client := b.client(t)
+		loseReply(client, "setnx")
+		l := b.lockerOn(t, client)
+
+		_, err = l.TryAcquire(ctx, "lock.k") // SETNX applied as a no-op, reply lost
+		require.Error(t, err)
+		_, err = l.TryAcquire(ctx, "lock.k")
+		require.ErrorIs(t, err, ErrNotAcquired)
+		require.NoError(t, holder.Release(ctx))
+	})
+}
+
+// A lost GETSET reply hides whether we won the takeover, so the value it
+// wrote is never claimed: another racer may own the lock.
+func TestLostGetsetReplyIsNeverClaimed(t *testing.T) {
+	onEachBackend(t, func(t *testing.T, b *backend) {
+		_, err := b.locker(t).TryAcquire(ctx, "lock.k")
+		require.NoError(t, err)
+		b.clock.Advance(10 * time.Second)
+
+		client := b.client(t)
+		loseReply(client, "getset")
+		l := b.lockerOn(t, client)
+		_, err = l.TryAcquire(ctx, "lock.k")
+		require.Error(t, err)
+		_, err = l.TryAcquire(ctx, "lock.k")
+		require.ErrorIs(t, err, ErrNotAcquired)
+	})
+}
+
+// "Missing: start over (bounded)": a key that vanishes between every SETNX
+// and GET must not keep one attempt looping.
+func TestStartingOverIsBounded(t *testing.T) {
+	onEachBackend(t, func(t *testing.T, b *backend) {
+		client := b.client(t)
+		sent := record(client)
+		live := strconv.FormatInt(epoch.Add(time.Minute).UnixMilli(), 10)
+		hookCommand(client, "setnx", func(ctx context.Context, _ redis.Cmder, send func() error) error {
+			b.set(t, "lock.k", live) // someone holds it as our SETNX arrives...
+			return send()
+		})
+		hookCommand(client, "get", func(ctx context.Context, _ redis.Cmder, send func() error) error {
+			require.NoError(t, b.raw.Del(ctx, "lock.k").Err()) // ...and releases before our GET
+			return send()
+		})
+
+		_, err := b.lockerOn(t, client).TryAcquire(ctx, "lock.k")
+		require.ErrorIs(t, err, ErrNotAcquired)
+		assert.Equal(t, strings.Repeat("SETNX GET ", maxStartOvers-1)+"SETNX GET", sent.names())
+	})
+}
+
+func TestAcquireWaitsForTheHolderToRelease(t *testing.T) {
+	onEachBackend(t, func(t *testing.T, b *backend) {
+		holder, err := b.locker(t).TryAcquire(ctx, "lock.k")
+		require.NoError(t, err)
+		released := make(chan struct{})
+		go func() {
+			time.Sleep(20 * time.Millisecond)
+			close(released)
+			assert.NoError(t, holder.Release(ctx))
+		}()
+
+		ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		lock, err := b.locker(t).Acquire(ctx, "lock.k")
+		require.NoError(t, err)
+		select {
+		case <-released:
+		default:
+			t.Fatal("Acquire returned while the holder still held the lock")
+		}
+		require.NoError(t, lock.Release(ctx))
+	})
+}
+
+func TestAcquireReturnsBothErrorsWhenItsContextEnds(t *testing.T) {
+	onEachBackend(t, func(t *testing.T, b *backend) {
+		holder, err := b.locker(t).TryAcquire(ctx, "lock.k")
+		require.NoError(t, err)
+		before := b.value(t, "lock.k")
+
+		deadline, cancel := context.WithTimeout(ctx, 30*time.Millisecond)
+		defer cancel()
+		_, err = b.locker(t).Acquire(deadline, "lock.k")
+		require.ErrorIs(t, err, ErrNotAcquired)
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+
+		cancelled, cancelNow := context.WithCancel(ctx)
+		time.AfterFunc(10*time.Millisecond, cancelNow)
+		_, err = b.locker(t).Acquire(cancelled, "lock.k")
+		require.ErrorIs(t, err, ErrNotAcquired)
+		require.ErrorIs(t, err, context.Canceled)
+
+		assert.Equal(t, before, b.value(t, "lock.k"))
+		require.NoError(t, holder.Release(ctx))
+	})
+}

@@ -1,0 +1,78 @@
+package setnxlock
+
+import (
+	"fmt"
+	"time"
+)
+
+// Defaults, visible so that nobody has to guess what a Locker does.
+const (
+	// DefaultTTL is the lease length when WithTTL is not given.
+	DefaultTTL = 10 * time.Second
+	// DefaultMinBackoff is Acquire's first wait between attempts.
+	DefaultMinBackoff = 5 * time.Millisecond
+	// DefaultMaxBackoff caps Acquire's exponentially growing wait.
+	DefaultMaxBackoff = 250 * time.Millisecond
+)
+
+// Option configures a Locker. An option given an out-of-range value makes
+// New return an error matching ErrInvalidArgument.
+type Option func(*config) error
+
+// config is everything a Locker needs besides its client.
+type config struct {
+	ttl        time.Duration
+	clock      Clock
+	minBackoff time.Duration
+	maxBackoff time.Duration
+}
+
+func defaultConfig() config {
+	return config{
+		ttl:        DefaultTTL,
+		clock:      systemClock{},
+		minBackoff: DefaultMinBackoff,
+		maxBackoff: DefaultMaxBackoff,
+	}
+}
+
+// WithTTL sets the lease length written into every lock value (default
+// DefaultTTL). It must be at least one millisecond, the resolution of the
+// stored expiry.
+func WithTTL(d time.Duration) Option {
+	return func(c *config) error {
+		if d < time.Millisecond {
+			return fmt.Errorf("%w: TTL %v is below 1ms", ErrInvalidArgument, d)
+		}
+		c.ttl = d
+		return nil
+	}
+}
+
+// WithClock sets the clock the Locker reads to write expiries and to decide
+// whether a lease has expired (default: the local system clock). All
+// processes locking the same keys must agree on time within a bound far
+// smaller than the TTL; see the README's section on clock skew.
+func WithClock(clock Clock) Option {
+	return func(c *config) error {
+		if clock == nil {
+			return fmt.Errorf("%w: nil Clock", ErrInvalidArgument)
+		}
+		c.clock = clock
+		return nil
+	}
+}
+
+// WithBackoff sets the bounds of Acquire's exponential backoff between
+// attempts (defaults DefaultMinBackoff and DefaultMaxBackoff). Each wait is
+// drawn with jitter from the upper half of the current step, and is cut
+// short when the holder's lease ends sooner.
+func WithBackoff(min, max time.Duration) Option {
+	return func(c *config) error {
+		if min <= 0 || max < min {
+			return fmt.Errorf("%w: backoff needs 0 < min <= max, got min=%v max=%v", ErrInvalidArgument, min, max)
+		}
+		c.minBackoff, c.maxBackoff = min, max
+		return nil
+	}
+}

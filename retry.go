@@ -1,0 +1,50 @@
+package setnxlock
+
+import (
+	"context"
+	"math/rand/v2"
+	"time"
+)
+
+// backoff yields Acquire's waits: exponential from min to max, each drawn
+// from the upper half of its step so that waiters do not wake in lockstep.
+type backoff struct {
+	step, max time.Duration
+}
+
+func newBackoff(min, max time.Duration) *backoff {
+	return &backoff{step: min, max: max}
+}
+
+// next returns the next wait and doubles the step up to max.
+func (b *backoff) next() time.Duration {
+	wait := b.step/2 + rand.N(b.step/2+1)
+	if b.step < b.max {
+		b.step = min(2*b.step, b.max)
+	}
+	return wait
+}
+
+// capAtLease shortens wait so the next attempt comes soon after the holder's
+// lease ends (remaining may be negative when it already has), plus a little
+// jitter below minBackoff so waiters on the same expiry do not all GETSET at
+// the same instant.
+func capAtLease(wait, remaining, minBackoff time.Duration) time.Duration {
+	if remaining >= wait {
+		return wait
+	}
+	return max(remaining, 0) + rand.N(minBackoff+1)
+}
+
+// sleep waits for d or until ctx ends, whichever comes first, and returns
+// ctx.Err() in the latter case.
+func sleep(ctx context.Context, d time.Duration) error {
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-timer.C:
+		return nil
+	}
+}

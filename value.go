@@ -1,0 +1,145 @@
+package setnxlock
+
+import (
+	"crypto/rand"
+	"fmt"
+	"hash/fnv"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// The stored value.
+//
+// We write "<expiry unix ms>:<owner token>" after SETNX and
+// "<expiry unix ms>:<owner token>:<takeover tag>" after a GETSET takeover.
+// The token is crypto/rand.Text (26 base32 characters, 130 random bits), new
+// for every write, so ownership is an exact string comparison (H3, H5). The
+// tag names the expired value the takeover replaced; every client racing for
+// that same expired value writes the same tag, which lets the race's winner
+// recognise a loser's leftover (H2, see deadlock.go).
+//
+// We read every classic format: an integer or decimal number of Unix seconds
+// or milliseconds (told apart by magnitude), optionally followed by a suffix
+// that starts with a separator such as ':' or ' '.
+
+const (
+	// Numbers below this are seconds, at or above it milliseconds. 1e11
+	// seconds is the year 5138; 1e11 milliseconds is March 1973.
+	secondsMillisBoundary = 1e11
+	// Millisecond values at or above this (the year 5138 again) are not a
+	// lock expiry but something else, such as microseconds.
+	maxExpiryMillis = 1e14
+)
+
+// newToken returns a fresh owner token of at least 128 random bits.
+func newToken() string { return rand.Text() }
+
+// formatValue renders a value of our own format.
+func formatValue(expiry time.Time, token, tag string) string {
+	b := make([]byte, 0, 14+1+len(token)+1+len(tag))
+	b = strconv.AppendInt(b, expiry.UnixMilli(), 10)
+	b = append(b, ':')
+	b = append(b, token...)
+	if tag != "" {
+		b = append(b, ':')
+		b = append(b, tag...)
+	}
+	return string(b)
+}
+
+// takeoverTag names the expired value a GETSET takeover replaces. Clients
+// racing to take over the same expired value compute the same tag.
+func takeoverTag(expiredValue string) string {
+	h := fnv.New64a()
+	h.Write([]byte(expiredValue))
+	return strconv.FormatUint(h.Sum64(), 16)
+}
+
+// tagOf returns the takeover tag of a value of our own format, or "" when
+// the value carries none.
+func tagOf(value string) string {
+	first := strings.IndexByte(value, ':')
+	if first < 0 {
+		return ""
+	}
+	rest := value[first+1:]
+	second := strings.IndexByte(rest, ':')
+	if second < 0 {
+		return ""
+	}
+	return rest[second+1:]
+}
+
+// parseExpiry reads the expiry instant out of any classic lock value. A
+// value it cannot read is H7: the caller reports ErrNotLockValue and leaves
+// the key alone.
+func parseExpiry(value string) (time.Time, error) {
+	number, ok := leadingNumber(value)
+	if !ok {
+		return time.Time{}, notLockValue(value, "no leading Unix timestamp")
+	}
+	whole, fraction, isDecimal := strings.Cut(number, ".")
+	n, err := strconv.ParseInt(whole, 10, 64)
+	if err != nil || n >= maxExpiryMillis {
+		return time.Time{}, notLockValue(value, "timestamp out of range")
+	}
+	if n >= secondsMillisBoundary {
+		// Milliseconds; a fraction of a millisecond does not matter.
+		return time.UnixMilli(n), nil
+	}
+	var nanos int64
+	if isDecimal {
+		digits := (fraction + "000000000")[:9]
+		nanos, _ = strconv.ParseInt(digits, 10, 64) // nine ASCII digits always parse
+	}
+	return time.Unix(n, nanos), nil
+}
+
+// leadingNumber returns the decimal number the value starts with: digits,
+// optionally one '.' and more digits. Whatever follows must begin with a
+// separator, not a letter or digit, so "17x" or "1.2.3" are not numbers.
+func leadingNumber(value string) (string, bool) {
+	i := 0
+	for i < len(value) && isDigit(value[i]) {
+		i++
+	}
+	if i == 0 {
+		return "", false
+	}
+	if i < len(value) && value[i] == '.' {
+		j := i + 1
+		for j < len(value) && isDigit(value[j]) {
+			j++
+		}
+		if j == i+1 {
+			return "", false
+		}
+		i = j
+	}
+	if i < len(value) && !isSeparator(value[i]) {
+		return "", false
+	}
+	return value[:i], true
+}
+
+func isDigit(c byte) bool { return '0' <= c && c <= '9' }
+
+// isSeparator reports whether c may start a suffix after the timestamp.
+func isSeparator(c byte) bool {
+	switch {
+	case isDigit(c), 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', c == '.':
+		return false
+	}
+	return c < 0x80
+}
+
+// notLockValue builds the H7 error, quoting at most a short prefix of the
+// offending value.
+func notLockValue(value, why string) error {
+	const show = 40
+	if len(value) > show {
+		value = value[:show] + "…"
+	}
+	return fmt.Errorf("%w: %s in %q", ErrNotLockValue, why, value)
+}
