@@ -24,9 +24,8 @@ func expired(expiry, now time.Time) bool {
 // the lock only if what it returned was still expired or missing. Of all the
 // clients racing on the same expired value exactly one sees that.
 func (l *Locker) takeOver(ctx context.Context, key, expiredValue string) (*Lock, time.Time, error) {
-	tag := takeoverTag(expiredValue)
 	expiry := l.leaseFrom(l.cfg.clock.Now())
-	value := formatValue(expiry, newToken(), tag)
+	value := formatValue(expiry, newToken(), takeoverTag(expiredValue))
 
 	old, found, err := l.getset(ctx, key, value)
 	if err != nil {
@@ -36,11 +35,11 @@ func (l *Locker) takeOver(ctx context.Context, key, expiredValue string) (*Lock,
 	}
 	if !found {
 		// The key vanished since we read it; GETSET created it with our value.
-		return l.newLock(key, value, tag, expiry), time.Time{}, nil
+		return l.newLock(key, value, expiry), time.Time{}, nil
 	}
 	oldExpiry, parseErr := parseExpiry(old)
 	if parseErr == nil && expired(oldExpiry, l.cfg.clock.Now()) {
-		return l.newLock(key, value, tag, expiry), time.Time{}, nil
+		return l.newLock(key, value, expiry), time.Time{}, nil
 	}
 
 	// We lost: someone else's live lease (or, H7, something that is not a
@@ -59,7 +58,7 @@ func (l *Locker) takeOver(ctx context.Context, key, expiredValue string) (*Lock,
 // and refresh it. If the key no longer holds our value, another racer's
 // GETSET replaced it after ours and that racer restores our value in turn;
 // when such restores interleave badly a racer's value may remain, which the
-// winner still recognises as its own by the takeover tag (Lock.owns).
+// holder still recognises as a leftover by its takeover tag (Lock.owns).
 func (l *Locker) restore(ctx context.Context, key, ours, previous string) error {
 	_, err := l.compareAndWrite(ctx, key,
 		func(current string) bool { return current == ours },

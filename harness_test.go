@@ -32,12 +32,14 @@ type backend struct {
 func onEachBackend(t *testing.T, scenario func(t *testing.T, b *backend)) {
 	t.Helper()
 	t.Run("miniredis", func(t *testing.T) {
-		scenario(t, newBackend(t, "miniredis", miniredis.RunT(t).Addr()))
+		scenario(t, newBackend(t, "miniredis", startMiniredis(t)))
 	})
 	t.Run("redis-server", func(t *testing.T) {
 		scenario(t, newBackend(t, "redis-server", redistest.Start(t).Addr()))
 	})
 }
+
+func startMiniredis(t *testing.T) string { return miniredis.RunT(t).Addr() }
 
 func newBackend(t *testing.T, name, addr string) *backend {
 	b := &backend{name: name, addr: addr, clock: NewManualClock(epoch)}
@@ -107,6 +109,13 @@ func (r *recorder) add(cmds ...redis.Cmder) {
 	}
 }
 
+// reset forgets the commands recorded so far.
+func (r *recorder) reset() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.cmds = nil
+}
+
 // names returns the commands sent so far, e.g. "SETNX GET GETSET".
 func (r *recorder) names() string {
 	r.mu.Lock()
@@ -164,10 +173,12 @@ func (h hookFunc) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proc
 type gate struct {
 	arrived chan struct{}
 	open    chan struct{}
+	once    sync.Once
 }
 
-func gateBefore(c *redis.Client, name string, n int) *gate {
+func gateBefore(t *testing.T, c *redis.Client, name string, n int) *gate {
 	g := &gate{arrived: make(chan struct{}), open: make(chan struct{})}
+	t.Cleanup(g.pass) // a failed test must not strand the gated client
 	var mu sync.Mutex
 	seen := 0
 	hookCommand(c, name, func(ctx context.Context, cmd redis.Cmder, send func() error) error {
@@ -195,7 +206,7 @@ func (g *gate) wait(t *testing.T) {
 }
 
 // pass lets the gated client send its command.
-func (g *gate) pass() { close(g.open) }
+func (g *gate) pass() { g.once.Do(func() { close(g.open) }) }
 
 // errLostReply stands for a reply lost after the server applied the command.
 type errLostReply struct{}

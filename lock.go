@@ -87,7 +87,7 @@ func (l *Locker) tryAcquire(ctx context.Context, key string) (*Lock, time.Time, 
 			return nil, time.Time{}, fmt.Errorf("setnxlock: SETNX %q: %w", key, err)
 		}
 		if created {
-			return l.newLock(key, value, "", expiry), time.Time{}, nil
+			return l.newLock(key, value, expiry), time.Time{}, nil
 		}
 
 		// Step 2: the key exists; read whose lease it is.
@@ -102,10 +102,10 @@ func (l *Locker) tryAcquire(ctx context.Context, key string) (*Lock, time.Time, 
 		// H5: a value only we can have written, by a SETNX whose reply we
 		// never saw (here, or a go-redis retry of the SETNX just sent).
 		if current == value && now.Before(expiry) {
-			return l.newLock(key, value, "", expiry), time.Time{}, nil
+			return l.newLock(key, value, expiry), time.Time{}, nil
 		}
 		if write, ok := l.pending.claim(key, current, now); ok {
-			return l.newLock(key, write.value, "", write.expiry), time.Time{}, nil
+			return l.newLock(key, write.value, write.expiry), time.Time{}, nil
 		}
 		holderExpiry, err := parseExpiry(current)
 		if err != nil {
@@ -127,8 +127,8 @@ func (l *Locker) leaseFrom(now time.Time) time.Time {
 	return now.Add(l.cfg.ttl).Truncate(time.Millisecond)
 }
 
-func (l *Locker) newLock(key, value, tag string, expiry time.Time) *Lock {
-	return &Lock{locker: l, key: key, value: value, tag: tag, expiresAt: expiry}
+func (l *Locker) newLock(key, value string, expiry time.Time) *Lock {
+	return &Lock{locker: l, key: key, value: value, expiresAt: expiry}
 }
 
 // Acquire takes the lock on key, waiting while another client holds it. It
@@ -192,7 +192,6 @@ type Lock struct {
 
 	mu        sync.Mutex
 	value     string    // exactly what we stored; ownership is this string
-	tag       string    // takeover tag when acquired by GETSET, else ""
 	expiresAt time.Time // end of our lease by the Locker's clock
 	released  bool
 }
@@ -220,6 +219,9 @@ func (k *Lock) Release(ctx context.Context) error {
 	if k.released {
 		return fmt.Errorf("%w: %q was already released", ErrNotHeld, k.key)
 	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("setnxlock: release %q: %w", k.key, err)
+	}
 	live := !expired(k.expiresAt, k.locker.cfg.clock.Now())
 	deleted, err := k.locker.compareAndWrite(ctx, k.key,
 		func(current string) bool { return k.owns(current, live) },
@@ -238,13 +240,21 @@ func (k *Lock) Release(ctx context.Context) error {
 }
 
 // owns decides whether the key's current value is ours. Our exact value
-// always is (H3). While our lease is live, so is a leftover written by a
-// client that lost the GETSET race for the same expired value we won: it
-// carries our takeover tag, and only we can hold a lease taken over from
-// that value (H2, see deadlock.go).
+// always is (H3). While our lease is live, so is a value written by another
+// client's GETSET, unless that client had read our own value as expired. Any
+// other GETSET that replaced our live value, or a leftover over it, returned
+// a live lease and so lost; its writer restores what it overwrote, but
+// restores that interleave badly, or our Release landing before the restore,
+// can leave its value in our place (H2, see deadlock.go). A takeover of our
+// own value can only come from a client that judged our lease over, so that
+// one is never ours.
 func (k *Lock) owns(current string, live bool) bool {
 	if current == k.value {
 		return true
 	}
-	return live && k.tag != "" && tagOf(current) == k.tag
+	if !live {
+		return false
+	}
+	tag := tagOf(current)
+	return tag != "" && tag != takeoverTag(k.value)
 }

@@ -162,6 +162,22 @@ func TestAcquireRecognisesItsOwnLostSetnx(t *testing.T) {
 	})
 }
 
+// H5 inside one attempt: a client configured with retries resends a SETNX
+// whose reply was lost; the resend answers 0 because the first copy created
+// the key. The GET that follows finds the value of this very attempt.
+func TestResentSetnxRecognisesItsFirstCopy(t *testing.T) {
+	onEachBackend(t, func(t *testing.T, b *backend) {
+		client := b.client(t)
+		hookCommand(client, "setnx", func(ctx context.Context, _ redis.Cmder, send func() error) error {
+			_ = send()    // applied; the reply is lost
+			return send() // the client's retry: 0, the key exists
+		})
+		lock, err := b.lockerOn(t, client).TryAcquire(ctx, "lock.k")
+		require.NoError(t, err)
+		require.NoError(t, lock.Release(ctx))
+	})
+}
+
 // Another client's value is never claimed through the H5 memory.
 func TestLostSetnxReplyDoesNotClaimAnotherClientsLock(t *testing.T) {
 	onEachBackend(t, func(t *testing.T, b *backend) {

@@ -25,15 +25,18 @@ func (b *backoff) next() time.Duration {
 	return wait
 }
 
-// capAtLease shortens wait so the next attempt comes soon after the holder's
+// maxLeaseJitter bounds the jitter added after a holder's lease ends.
+const maxLeaseJitter = 2 * time.Millisecond
+
+// capAtLease shortens wait so the next attempt comes right after the holder's
 // lease ends (remaining may be negative when it already has), plus a little
-// jitter below minBackoff so waiters on the same expiry do not all GETSET at
-// the same instant.
+// jitter, at most min(minBackoff, maxLeaseJitter), so that waiters on the
+// same expiry do not all GETSET at the same instant.
 func capAtLease(wait, remaining, minBackoff time.Duration) time.Duration {
 	if remaining >= wait {
 		return wait
 	}
-	return max(remaining, 0) + rand.N(minBackoff+1)
+	return max(remaining, 0) + rand.N(min(minBackoff, maxLeaseJitter)+1)
 }
 
 // sleep waits for d or until ctx ends, whichever comes first, and returns

@@ -15,9 +15,9 @@ import (
 // "<expiry unix ms>:<owner token>:<takeover tag>" after a GETSET takeover.
 // The token is crypto/rand.Text (26 base32 characters, 130 random bits), new
 // for every write, so ownership is an exact string comparison (H3, H5). The
-// tag names the expired value the takeover replaced; every client racing for
-// that same expired value writes the same tag, which lets the race's winner
-// recognise a loser's leftover (H2, see deadlock.go).
+// tag marks a value written by GETSET and names the expired value its writer
+// had read, which lets a live holder tell a GETSET loser's leftover from the
+// value of a client that judged the holder's own lease over (H2, Lock.owns).
 //
 // We read every classic format: an integer or decimal number of Unix seconds
 // or milliseconds (told apart by magnitude), optionally followed by a suffix

@@ -1,0 +1,76 @@
+package setnxlock
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestParseExpiryReadsEveryClassicFormat(t *testing.T) {
+	cases := []struct {
+		value string
+		want  time.Time
+	}{
+		{"1795000000", time.Unix(1795000000, 0)},                      // SETNX page: integer seconds
+		{"1795000000123", time.UnixMilli(1795000000123)},              // redis-lock, jedis-lock: integer ms
+		{"1795000000.5", time.Unix(1795000000, 500_000_000)},          // redis-py: float seconds
+		{"1795000000.123456789123", time.Unix(1795000000, 123456789)}, // more digits than nanoseconds
+		{"1795000000123.9", time.UnixMilli(1795000000123)},            // float ms: the fraction is dropped
+		{"1795000000123:TOKEN", time.UnixMilli(1795000000123)},        // ours
+		{"1795000000123:TOKEN:tag", time.UnixMilli(1795000000123)},    // ours after a takeover
+		{"1795000000 host-1", time.Unix(1795000000, 0)},               // a suffix after a space
+		{"1795000000|x", time.Unix(1795000000, 0)},
+		{"0", time.Unix(0, 0)},
+		{"99999999999", time.Unix(99999999999, 0)},         // the largest seconds value
+		{"100000000000", time.UnixMilli(100000000000)},     // the smallest ms value
+		{"99999999999999", time.UnixMilli(99999999999999)}, // the largest ms value
+	}
+	for _, c := range cases {
+		got, err := parseExpiry(c.value)
+		require.NoError(t, err, c.value)
+		assert.True(t, c.want.Equal(got), "%q: want %v, got %v", c.value, c.want, got)
+	}
+}
+
+func TestParseExpiryRejectsWhatIsNotALockValue(t *testing.T) {
+	for _, value := range []string{
+		"", " ", "abc", "-1", "+1", " 1795000000", "1795000000x", "1795000000.", ".5",
+		"1.2.3", "1e9", "0x10", "100000000000000", "9223372036854775808", "1795000000\u00e9",
+	} {
+		_, err := parseExpiry(value)
+		require.ErrorIs(t, err, ErrNotLockValue, "%q", value)
+	}
+}
+
+func TestNotLockValueErrorQuotesAShortPrefix(t *testing.T) {
+	_, err := parseExpiry(strings.Repeat("x", 10_000))
+	require.ErrorIs(t, err, ErrNotLockValue)
+	assert.Less(t, len(err.Error()), 200)
+}
+
+func TestFormattedValuesParseBack(t *testing.T) {
+	expiry := time.UnixMilli(1795000000123)
+	for _, tag := range []string{"", takeoverTag("1795000000")} {
+		value := formatValue(expiry, newToken(), tag)
+		got, err := parseExpiry(value)
+		require.NoError(t, err)
+		assert.True(t, expiry.Equal(got))
+		assert.Equal(t, tag, tagOf(value))
+	}
+}
+
+func TestTakeoverTagDependsOnlyOnTheExpiredValue(t *testing.T) {
+	assert.Equal(t, takeoverTag("1795000000"), takeoverTag("1795000000"))
+	assert.NotEqual(t, takeoverTag("1795000000"), takeoverTag("1795000001"))
+	assert.Equal(t, "", tagOf("1795000000"))
+	assert.Equal(t, "", tagOf("1795000000123:TOKEN"))
+}
+
+func TestExpiredIsInclusiveOfTheExpiryInstant(t *testing.T) {
+	assert.False(t, expired(epoch, epoch.Add(-time.Nanosecond)))
+	assert.True(t, expired(epoch, epoch))
+	assert.True(t, expired(epoch, epoch.Add(time.Nanosecond)))
+}
