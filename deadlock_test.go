@@ -310,4 +310,3 @@ func TestRaceToRecoverAnExpiredLockHasExactlyOneWinner(t *testing.T) {
 		}
 	})
 }
-
