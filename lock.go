@@ -112,7 +112,7 @@ func (l *Locker) tryAcquire(ctx context.Context, key string) (*Lock, time.Time, 
 			return nil, time.Time{}, fmt.Errorf("setnxlock: key %q: %w", key, err) // H7: left untouched
 		}
 		if !expired(holderExpiry, now) {
-			return nil, holderExpiry, fmt.Errorf("%w: %q is held until %s", ErrNotAcquired, key, holderExpiry.Format(time.RFC3339Nano))
+			return nil, holderExpiry, fmt.Errorf("%w: %q is held until %s", ErrNotAcquired, key, holderExpiry.UTC().Format(time.RFC3339Nano))
 		}
 
 		// Step 3: the holder's lease has expired: try to take it over.
@@ -232,7 +232,7 @@ func (k *Lock) Release(ctx context.Context) error {
 	k.released = true
 	switch {
 	case !live:
-		return fmt.Errorf("%w: the lease on %q expired at %s", ErrNotHeld, k.key, k.expiresAt.Format(time.RFC3339Nano))
+		return fmt.Errorf("%w: the lease on %q expired at %s", ErrNotHeld, k.key, k.expiresAt.UTC().Format(time.RFC3339Nano))
 	case !deleted:
 		return fmt.Errorf("%w: %q no longer holds our value", ErrNotHeld, k.key)
 	}
