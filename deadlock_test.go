@@ -127,25 +127,16 @@ func TestGarbageFoundByGetsetIsPutBack(t *testing.T) {
 // key again names the winner's lease and the winner can release it.
 func TestGetsetLoserRestoresTheWinnersValue(t *testing.T) {
 	onEachBackend(t, func(t *testing.T, b *backend) {
-		_, err := b.locker(t).TryAcquire(ctx, "lock.k")
-		require.NoError(t, err)
-		b.clock.Advance(10 * time.Second)
-
-		loserClient := b.client(t)
-		beforeGetset := gateBefore(t, loserClient, "getset", 1)
-		loserDone := make(chan error, 1)
-		go func() {
-			_, err := b.lockerOn(t, loserClient).TryAcquire(ctx, "lock.k")
-			loserDone <- err
-		}()
-		beforeGetset.wait(t) // the loser has seen the expired value
+		b.crashedHolder(t, "lock.k")
+		loser := b.startRacer(t, "lock.k") // it has seen the expired value
 
 		winner, err := b.locker(t).TryAcquire(ctx, "lock.k")
 		require.NoError(t, err)
 		winnersValue := b.value(t, "lock.k")
 
-		beforeGetset.pass()
-		require.ErrorIs(t, <-loserDone, ErrNotAcquired)
+		loser.getset.pass()
+		loser.restore.pass()
+		require.ErrorIs(t, <-loser.done, ErrNotAcquired)
 		assert.Equal(t, winnersValue, b.value(t, "lock.k"), "the loser must restore the winner's value")
 		require.NoError(t, winner.Release(ctx))
 		assert.Equal(t, "<missing>", b.value(t, "lock.k"))
@@ -157,23 +148,8 @@ func TestGetsetLoserRestoresTheWinnersValue(t *testing.T) {
 // loser 1's value. The winner must still be able to release.
 func TestWinnerReleasesDespiteALosersLeftover(t *testing.T) {
 	onEachBackend(t, func(t *testing.T, b *backend) {
-		_, err := b.locker(t).TryAcquire(ctx, "lock.k")
-		require.NoError(t, err)
-		b.clock.Advance(10 * time.Second)
-
-		type racer struct {
-			getset, restore *gate
-			done            chan error
-		}
-		start := func() racer {
-			client := b.client(t)
-			r := racer{getset: gateBefore(t, client, "getset", 1), restore: gateBefore(t, client, "watch", 1), done: make(chan error, 1)}
-			l := b.lockerOn(t, client)
-			go func() { _, err := l.TryAcquire(ctx, "lock.k"); r.done <- err }()
-			r.getset.wait(t)
-			return r
-		}
-		loser1, loser2 := start(), start() // both have read the expired value
+		b.crashedHolder(t, "lock.k")
+		loser1, loser2 := b.startRacer(t, "lock.k"), b.startRacer(t, "lock.k") // both have read the expired value
 
 		winner, err := b.locker(t).TryAcquire(ctx, "lock.k")
 		require.NoError(t, err)
@@ -238,16 +214,8 @@ func TestATakeoverOfOurOwnValueIsNeverOurs(t *testing.T) {
 // release must still succeed.
 func TestStaleRacerDoesNotKeepTheNextHolderFromReleasing(t *testing.T) {
 	onEachBackend(t, func(t *testing.T, b *backend) {
-		_, err := b.locker(t).TryAcquire(ctx, "lock.k")
-		require.NoError(t, err)
-		b.clock.Advance(10 * time.Second)
-
-		staleClient := b.client(t)
-		beforeGetset := gateBefore(t, staleClient, "getset", 1)
-		beforeRestore := gateBefore(t, staleClient, "watch", 1)
-		staleDone := make(chan error, 1)
-		go func() { _, err := b.lockerOn(t, staleClient).TryAcquire(ctx, "lock.k"); staleDone <- err }()
-		beforeGetset.wait(t) // it has read the crashed holder's expired value
+		b.crashedHolder(t, "lock.k")
+		stale := b.startRacer(t, "lock.k") // it has read the crashed holder's expired value
 
 		recovered, err := b.locker(t).TryAcquire(ctx, "lock.k")
 		require.NoError(t, err)
@@ -256,13 +224,13 @@ func TestStaleRacerDoesNotKeepTheNextHolderFromReleasing(t *testing.T) {
 		require.NoError(t, err)
 		nextValue := b.value(t, "lock.k")
 
-		beforeGetset.pass()
-		beforeRestore.wait(t) // the stale GETSET has overwritten the next holder's value
+		stale.getset.pass()
+		stale.restore.wait(t) // the stale GETSET has overwritten the next holder's value
 		require.NotEqual(t, nextValue, b.value(t, "lock.k"))
 		require.NoError(t, next.Release(ctx), "the next holder's release must succeed")
 
-		beforeRestore.pass()
-		require.ErrorIs(t, <-staleDone, ErrNotAcquired)
+		stale.restore.pass()
+		require.ErrorIs(t, <-stale.done, ErrNotAcquired)
 		assert.Equal(t, "<missing>", b.value(t, "lock.k"), "the restore must not bring a released lock back")
 	})
 }

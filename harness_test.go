@@ -80,6 +80,34 @@ func (b *backend) value(t testing.TB, key string) string {
 	return v
 }
 
+// crashedHolder takes key with a Locker that never releases it, then moves
+// the clock to the instant its lease ends.
+func (b *backend) crashedHolder(t testing.TB, key string) {
+	t.Helper()
+	lock, err := b.locker(t).TryAcquire(context.Background(), key)
+	require.NoError(t, err)
+	b.clock.Set(lock.ExpiresAt())
+}
+
+// racer is a client racing for an expired lock, stopped before its GETSET
+// and before the WATCH of its restore, so the test decides the interleaving.
+type racer struct {
+	getset, restore *gate
+	done            chan error
+}
+
+// startRacer starts a TryAcquire of key on a new client and waits until it
+// has read the expired value and is about to send GETSET.
+func (b *backend) startRacer(t *testing.T, key string) *racer {
+	t.Helper()
+	client := b.client(t)
+	r := &racer{getset: gateBefore(t, client, "getset", 1), restore: gateBefore(t, client, "watch", 1), done: make(chan error, 1)}
+	l := b.lockerOn(t, client)
+	go func() { _, err := l.TryAcquire(context.Background(), key); r.done <- err }()
+	r.getset.wait(t)
+	return r
+}
+
 func (b *backend) set(t testing.TB, key, value string) {
 	t.Helper()
 	require.NoError(t, b.raw.Set(context.Background(), key, value, 0).Err())

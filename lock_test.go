@@ -199,14 +199,12 @@ func TestLostSetnxReplyDoesNotClaimAnotherClientsLock(t *testing.T) {
 // wrote is never claimed: another racer may own the lock.
 func TestLostGetsetReplyIsNeverClaimed(t *testing.T) {
 	onEachBackend(t, func(t *testing.T, b *backend) {
-		_, err := b.locker(t).TryAcquire(ctx, "lock.k")
-		require.NoError(t, err)
-		b.clock.Advance(10 * time.Second)
+		b.crashedHolder(t, "lock.k")
 
 		client := b.client(t)
 		loseReply(client, "getset")
 		l := b.lockerOn(t, client)
-		_, err = l.TryAcquire(ctx, "lock.k")
+		_, err := l.TryAcquire(ctx, "lock.k")
 		require.Error(t, err)
 		_, err = l.TryAcquire(ctx, "lock.k")
 		require.ErrorIs(t, err, ErrNotAcquired)
