@@ -49,7 +49,7 @@ func BenchmarkUncontendedCycle(b *testing.B) {
 }
 
 func BenchmarkParseExpiry(b *testing.B) {
-	value := formatValue(epoch, newToken(), "")
+	value := formatValue(epoch, newToken())
 	b.ReportAllocs()
 	for b.Loop() {
 		if _, err := parseExpiry(value); err != nil {
@@ -62,7 +62,7 @@ func BenchmarkFormatValue(b *testing.B) {
 	token := newToken()
 	b.ReportAllocs()
 	for b.Loop() {
-		_ = formatValue(epoch, token, "")
+		_ = formatValue(epoch, token)
 	}
 }
 

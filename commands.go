@@ -11,7 +11,8 @@ import (
 // The classic commands, sent as themselves: go-redis's SetNX helper sends
 // SET ... NX (Redis 2.6.12+) and its GetSet is deprecated, while this library
 // promises to need nothing newer than SETNX, GET, GETSET, DEL and
-// WATCH/MULTI/EXEC.
+// WATCH/MULTI/EXEC. GETSET is built in deadlock.go, inside the takeover's
+// transaction.
 
 // setnx sends SETNX key value and reports whether the key was created.
 func (l *Locker) setnx(ctx context.Context, key, value string) (bool, error) {
@@ -25,13 +26,6 @@ func (l *Locker) setnx(ctx context.Context, key, value string) (bool, error) {
 // another type is H7.
 func (l *Locker) get(ctx context.Context, key string) (value string, found bool, err error) {
 	return stringReply(l.client.Get(ctx, key))
-}
-
-// getset sends GETSET key value and returns the value it replaced.
-func (l *Locker) getset(ctx context.Context, key, value string) (old string, found bool, err error) {
-	cmd := redis.NewStringCmd(ctx, "getset", key, value)
-	_ = l.client.Process(ctx, cmd)
-	return stringReply(cmd)
 }
 
 // stringReply unpacks a bulk-string reply, turning a missing key into
@@ -63,8 +57,8 @@ const maxTransactionAttempts = 8
 // compareAndWrite atomically applies write to key if, and only if, the key
 // currently holds a string for which owned returns true: WATCH, GET, then
 // MULTI/write/EXEC, retried when another client changed the key in between.
-// This is how release deletes and how a GETSET loser restores (H2, H3); a
-// plain GET-then-DEL would be the documented race.
+// This is how an expired lease is taken over (H1, H2) and how release
+// deletes (H3); a plain GET-then-DEL would be the documented race.
 func (l *Locker) compareAndWrite(ctx context.Context, key string, owned func(current string) bool, write func(redis.Pipeliner)) (written bool, err error) {
 	for attempt := 0; attempt < maxTransactionAttempts; attempt++ {
 		written = false

@@ -18,48 +18,69 @@ func expired(expiry, now time.Time) bool {
 	return !expiry.After(now)
 }
 
-// takeOver replaces the expired value it read with a lease of our own. It
-// never deletes the old value and then SETNXes (H1, the page's C1/C2 race):
-// GETSET swaps in our value and returns the old one in one step, and we own
-// the lock only if what it returned was still expired or missing. Of all the
-// clients racing on the same expired value exactly one sees that.
-func (l *Locker) takeOver(ctx context.Context, key, expiredValue string) (*Lock, time.Time, error) {
-	expiry := l.leaseFrom(l.cfg.clock.Now())
-	value := formatValue(expiry, newToken(), takeoverTag(expiredValue))
+// restoreTimeout bounds the restore of a value a GETSET should never have
+// replaced; it runs even when the caller's context has ended, since leaving
+// our value in someone else's place is worse than a late return.
+const restoreTimeout = time.Second
 
-	old, found, err := l.getset(ctx, key, value)
+// takeOver replaces the expired value it read with a lease of our own.
+//
+// It never deletes the old value and then SETNXes (H1, the page's C1/C2
+// race). It sends the page's GETSET, but inside WATCH key, GET key, MULTI,
+// GETSET, EXEC: the transaction runs only while the key still holds the very
+// value we judged expired, so of all the clients racing for it exactly one
+// GETSET executes. A bare GETSET would let every loser overwrite the
+// winner's value and rely on each loser to put it back (H2); a loser whose
+// reply was lost, whose context ended or whose process died would leave its
+// own value, which may expire before the winner's lease and let a third
+// client in. With the watch, a loser writes nothing.
+//
+// startOver is true when the key no longer holds expiredValue: someone else
+// took it over or released it, and the caller should look again.
+func (l *Locker) takeOver(ctx context.Context, key, expiredValue string) (lock *Lock, startOver bool, err error) {
+	now := l.cfg.clock.Now()
+	expiry := l.leaseFrom(now)
+	value := formatValue(expiry, newToken())
+	getset := redis.NewStringCmd(ctx, "getset", key, value)
+
+	written, err := l.compareAndWrite(ctx, key,
+		func(current string) bool { return current == expiredValue },
+		func(pipe redis.Pipeliner) { _ = pipe.Process(ctx, getset) })
 	if err != nil {
-		// With the reply lost we cannot know whether we won, so we must not
-		// claim the lock; our value blocks the key until it expires.
-		return nil, time.Time{}, fmt.Errorf("setnxlock: GETSET %q: %w", key, err)
+		// H5: if EXEC ran before its reply was lost, the key held the
+		// expired value and the lease is rightfully ours; let the next
+		// attempt recognise it.
+		l.pending.remember(key, value, expiry, now)
+		return nil, false, fmt.Errorf("setnxlock: take over %q: %w", key, err)
 	}
-	if !found {
-		// The key vanished since we read it; GETSET created it with our value.
-		return l.newLock(key, value, expiry), time.Time{}, nil
+	if !written {
+		return nil, true, nil
+	}
+
+	// The page's check: the lock is ours only if the old value is still
+	// expired (or missing). Under WATCH it always is; should a server or
+	// proxy not honour WATCH, we have overwritten a live lease and put it
+	// back (H2).
+	old, found, err := stringReply(getset)
+	if err != nil {
+		return nil, false, fmt.Errorf("setnxlock: GETSET %q: %w", key, err)
 	}
 	oldExpiry, parseErr := parseExpiry(old)
-	if parseErr == nil && expired(oldExpiry, l.cfg.clock.Now()) {
-		return l.newLock(key, value, expiry), time.Time{}, nil
+	if !found || parseErr == nil && expired(oldExpiry, l.cfg.clock.Now()) {
+		lock, err := l.grant(key, value, expiry)
+		return lock, false, err
 	}
-
-	// We lost: someone else's live lease (or, H7, something that is not a
-	// lock at all) was overwritten by our value. Put it back (H2).
 	if err := l.restore(ctx, key, value, old); err != nil {
-		return nil, time.Time{}, fmt.Errorf("setnxlock: restore %q after a lost GETSET race: %w", key, err)
+		return nil, false, fmt.Errorf("setnxlock: %q: WATCH was not honoured and the overwritten value could not be restored: %w", key, err)
 	}
-	if parseErr != nil {
-		return nil, time.Time{}, fmt.Errorf("setnxlock: key %q: %w", key, parseErr)
-	}
-	return nil, oldExpiry, fmt.Errorf("%w: %q was taken over by another client first", ErrNotAcquired, key)
+	return nil, false, fmt.Errorf("%w: %q: GETSET inside WATCH replaced a live lease, which was restored (does the server honour WATCH?)", ErrNotAcquired, key)
 }
 
-// restore undoes a losing GETSET (H2): if the key still holds the value we
-// wrote, put back the value GETSET returned, so its owner can still release
-// and refresh it. If the key no longer holds our value, another racer's
-// GETSET replaced it after ours and that racer restores our value in turn;
-// when such restores interleave badly a racer's value may remain, which the
-// holder still recognises as a leftover by its takeover tag (Lock.owns).
+// restore puts back the value a GETSET replaced, if the key still holds the
+// value we wrote (H2).
 func (l *Locker) restore(ctx context.Context, key, ours, previous string) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), restoreTimeout)
+	defer cancel()
 	_, err := l.compareAndWrite(ctx, key,
 		func(current string) bool { return current == ours },
 		func(pipe redis.Pipeliner) { pipe.Set(ctx, key, previous, 0) })

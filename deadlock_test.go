@@ -1,20 +1,19 @@
 package setnxlock
 
 import (
-	"context"
 	"fmt"
 	"strconv"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
 // A holder that crashes simply never releases. Its lease is respected until
-// its expiry and taken over with GETSET (never DEL, H1) from then on.
+// its expiry and taken over with GETSET (never DEL, H1) from then on, inside
+// a watch on the expired value.
 func TestCrashedHolderIsRecoveredWithGetsetAfterExpiry(t *testing.T) {
 	onEachBackend(t, func(t *testing.T, b *backend) {
 		crashed, err := b.locker(t).TryAcquire(ctx, "lock.k")
@@ -31,7 +30,7 @@ func TestCrashedHolderIsRecoveredWithGetsetAfterExpiry(t *testing.T) {
 		b.clock.Advance(time.Millisecond)
 		lock, err := waiter.TryAcquire(ctx, "lock.k")
 		require.NoError(t, err, "at the expiry instant the lease is over (the page: timestamp <= now)")
-		assert.Equal(t, "SETNX GET SETNX GET GETSET", sent.names(), "taken over with GETSET, never DEL")
+		assert.Equal(t, "SETNX GET SETNX GET WATCH GET MULTI GETSET EXEC", sent.names(), "taken over with a watched GETSET, never DEL")
 		assert.Equal(t, epoch.Add(20*time.Second), lock.ExpiresAt())
 
 		require.ErrorIs(t, crashed.Release(ctx), ErrNotHeld)
@@ -103,103 +102,99 @@ func TestForeignValuesAreReportedAndLeftUntouched(t *testing.T) {
 	})
 }
 
-// H7 in the takeover step: garbage written between our GET and our GETSET is
-// put back, and reported.
-func TestGarbageFoundByGetsetIsPutBack(t *testing.T) {
+// H7 during a takeover: garbage written between our GET and the takeover is
+// seen inside the watch; nothing is written and the garbage is reported.
+func TestGarbageWrittenDuringATakeoverIsLeftAlone(t *testing.T) {
 	onEachBackend(t, func(t *testing.T, b *backend) {
-		_, err := b.locker(t).TryAcquire(ctx, "lock.k")
-		require.NoError(t, err)
-		b.clock.Advance(time.Hour)
-
+		b.crashedHolder(t, "lock.k")
 		client := b.client(t)
-		hookCommand(client, "getset", func(ctx context.Context, _ redis.Cmder, send func() error) error {
+		sent := record(client)
+		hookCommand(client, "watch", func(send func() error) error {
 			b.set(t, "lock.k", "not a lock")
 			return send()
 		})
-		_, err = b.lockerOn(t, client).TryAcquire(ctx, "lock.k")
+		_, err := b.lockerOn(t, client).TryAcquire(ctx, "lock.k")
 		require.ErrorIs(t, err, ErrNotLockValue)
 		assert.Equal(t, "not a lock", b.value(t, "lock.k"))
+		assert.Equal(t, "SETNX GET WATCH GET UNWATCH SETNX GET", sent.names(), "nothing may be written")
 	})
 }
 
-// H2: a client that read the expired value, then lost the GETSET race to
-// another, has overwritten the winner's value. It must put it back, so the
-// key again names the winner's lease and the winner can release it.
-func TestGetsetLoserRestoresTheWinnersValue(t *testing.T) {
+// H1/H2: a client that read the expired value, then lost the race to take
+// it over, must write nothing: not even for a moment, and not when it can no
+// longer see its replies (a bare GETSET loser could only restore the winner's
+// value if it saw what GETSET returned). Its value would expire before the
+// winner's lease and let a third client in.
+func TestATakeoverLoserWritesNothing(t *testing.T) {
+	for _, repliesLost := range []bool{false, true} {
+		t.Run(fmt.Sprintf("replies lost %v", repliesLost), func(t *testing.T) {
+			onEachBackend(t, func(t *testing.T, b *backend) {
+				b.crashedHolder(t, "lock.k")
+				loser := b.startRacer(t, "lock.k") // it has seen the expired value
+
+				b.clock.Advance(5 * time.Second) // the winner comes later, so its lease ends later
+				winner, err := b.locker(t).TryAcquire(ctx, "lock.k")
+				require.NoError(t, err)
+				winnersValue := b.value(t, "lock.k")
+
+				if repliesLost {
+					loser.lost.arm()
+				}
+				loser.sawExpired.pass()
+				err = <-loser.done
+				require.Error(t, err)
+				if !repliesLost {
+					require.ErrorIs(t, err, ErrNotAcquired)
+				}
+				assert.Equal(t, winnersValue, b.value(t, "lock.k"), "the loser overwrote the winner")
+
+				b.clock.Set(winner.ExpiresAt().Add(-time.Millisecond))
+				_, err = b.locker(t).TryAcquire(ctx, "lock.k")
+				require.ErrorIs(t, err, ErrNotAcquired, "a third client got in during the winner's lease")
+				require.NoError(t, winner.Release(ctx))
+				assert.Equal(t, "<missing>", b.value(t, "lock.k"))
+			})
+		})
+	}
+}
+
+// H2 where WATCH is not honoured (a server or proxy that accepts and ignores
+// it): the GETSET runs over the winner's live value, the page's check on the
+// old value catches it, and the loser puts the winner's value back.
+func TestTakeoverLoserRestoresWhenWatchIsNotHonoured(t *testing.T) {
 	onEachBackend(t, func(t *testing.T, b *backend) {
 		b.crashedHolder(t, "lock.k")
-		loser := b.startRacer(t, "lock.k") // it has seen the expired value
+		client := b.client(t)
+		hookCommand(client, "watch", func(func() error) error { return nil }) // swallowed
+		checked := gateAfter(t, client, "get", 2)                             // the GET inside the would-be watch
+		loserDone := make(chan error, 1)
+		go func() { _, err := b.lockerOn(t, client).TryAcquire(ctx, "lock.k"); loserDone <- err }()
+		checked.wait(t)
 
 		winner, err := b.locker(t).TryAcquire(ctx, "lock.k")
 		require.NoError(t, err)
 		winnersValue := b.value(t, "lock.k")
+		checked.pass()
 
-		loser.getset.pass()
-		loser.restore.pass()
-		require.ErrorIs(t, <-loser.done, ErrNotAcquired)
+		err = <-loserDone
+		require.ErrorIs(t, err, ErrNotAcquired)
+		assert.Contains(t, err.Error(), "WATCH")
 		assert.Equal(t, winnersValue, b.value(t, "lock.k"), "the loser must restore the winner's value")
 		require.NoError(t, winner.Release(ctx))
-		assert.Equal(t, "<missing>", b.value(t, "lock.k"))
-	})
-}
-
-// H2 with two losers whose restores interleave badly: loser 1 checks the key
-// while it holds loser 2's value (nothing to restore), then loser 2 restores
-// loser 1's value. The winner must still be able to release.
-func TestWinnerReleasesDespiteALosersLeftover(t *testing.T) {
-	onEachBackend(t, func(t *testing.T, b *backend) {
-		b.crashedHolder(t, "lock.k")
-		loser1, loser2 := b.startRacer(t, "lock.k"), b.startRacer(t, "lock.k") // both have read the expired value
-
-		winner, err := b.locker(t).TryAcquire(ctx, "lock.k")
-		require.NoError(t, err)
-		loser1.getset.pass()
-		loser1.restore.wait(t) // loser 1 overwrote the winner's value
-		loser2.getset.pass()
-		loser2.restore.wait(t) // loser 2 overwrote loser 1's value
-		loser1.restore.pass()  // finds loser 2's value: nothing of its own to restore
-		require.ErrorIs(t, <-loser1.done, ErrNotAcquired)
-		loser2.restore.pass() // puts loser 1's value back
-		require.ErrorIs(t, <-loser2.done, ErrNotAcquired)
-
-		leftover := b.value(t, "lock.k")
-		require.NotEqual(t, winner.value, leftover, "the scenario must leave a loser's value behind")
-		_, err = b.locker(t).TryAcquire(ctx, "lock.k")
-		require.ErrorIs(t, err, ErrNotAcquired, "the leftover keeps others out while the winner holds")
-		require.NoError(t, winner.Release(ctx), "the winner recognises its race's leftover by the takeover tag")
-		assert.Equal(t, "<missing>", b.value(t, "lock.k"))
-	})
-}
-
-// The leftover tolerance ends with the holder's lease: after expiry the
-// holder touches nothing but its exact value.
-func TestLeftoverToleranceEndsWithTheLease(t *testing.T) {
-	onEachBackend(t, func(t *testing.T, b *backend) {
-		holder, err := b.locker(t).TryAcquire(ctx, "lock.k")
-		require.NoError(t, err)
-		leftover := formatValue(b.clock.Now().Add(20*time.Second), newToken(), takeoverTag("1795000000"))
-		b.set(t, "lock.k", leftover)
-
-		b.clock.Advance(10 * time.Second)
-		require.ErrorIs(t, holder.Release(ctx), ErrNotHeld)
-		assert.Equal(t, leftover, b.value(t, "lock.k"))
 	})
 }
 
 // H3 under clock skew: a client whose clock runs ahead may judge our live
-// lease over and take it with GETSET. Its value names our value as the one
-// it replaced, so it is never mistaken for a loser's leftover.
-func TestATakeoverOfOurOwnValueIsNeverOurs(t *testing.T) {
+// lease over and take it. Our late Release then leaves its value alone.
+func TestATakeoverByASkewedClientIsLeftAlone(t *testing.T) {
 	onEachBackend(t, func(t *testing.T, b *backend) {
 		holder, err := b.locker(t).TryAcquire(ctx, "lock.k")
 		require.NoError(t, err)
-		ours := b.value(t, "lock.k")
 
 		aheadClock := NewManualClock(b.clock.Now().Add(10 * time.Second))
 		skewed, err := b.locker(t, WithClock(aheadClock)).TryAcquire(ctx, "lock.k")
 		require.NoError(t, err, "the skewed client takes what it thinks expired")
 		takenOver := b.value(t, "lock.k")
-		require.Equal(t, takeoverTag(ours), tagOf(takenOver))
 
 		require.ErrorIs(t, holder.Release(ctx), ErrNotHeld)
 		assert.Equal(t, takenOver, b.value(t, "lock.k"))
@@ -207,12 +202,10 @@ func TestATakeoverOfOurOwnValueIsNeverOurs(t *testing.T) {
 	})
 }
 
-// H2 for a holder that never raced: a stale racer read a crashed holder's
-// value long ago and GETSETs only after the lock was taken over, released
-// and taken again by SETNX. Its GETSET overwrites the new holder's live
-// value; if that holder releases before the racer's restore lands, the
-// release must still succeed.
-func TestStaleRacerDoesNotKeepTheNextHolderFromReleasing(t *testing.T) {
+// A stale racer read a crashed holder's value long ago and acts only after
+// the lock was taken over, released and taken again by SETNX. Whatever
+// becomes of its replies, the next holder keeps its lock and can release it.
+func TestAStaleRacerLeavesTheNextHolderAlone(t *testing.T) {
 	onEachBackend(t, func(t *testing.T, b *backend) {
 		b.crashedHolder(t, "lock.k")
 		stale := b.startRacer(t, "lock.k") // it has read the crashed holder's expired value
@@ -224,14 +217,60 @@ func TestStaleRacerDoesNotKeepTheNextHolderFromReleasing(t *testing.T) {
 		require.NoError(t, err)
 		nextValue := b.value(t, "lock.k")
 
-		stale.getset.pass()
-		stale.restore.wait(t) // the stale GETSET has overwritten the next holder's value
-		require.NotEqual(t, nextValue, b.value(t, "lock.k"))
-		require.NoError(t, next.Release(ctx), "the next holder's release must succeed")
+		stale.lost.arm()
+		stale.sawExpired.pass()
+		require.Error(t, <-stale.done)
+		assert.Equal(t, nextValue, b.value(t, "lock.k"))
+		require.NoError(t, next.Release(ctx))
+		assert.Equal(t, "<missing>", b.value(t, "lock.k"))
+	})
+}
 
-		stale.restore.pass()
-		require.ErrorIs(t, <-stale.done, ErrNotAcquired)
-		assert.Equal(t, "<missing>", b.value(t, "lock.k"), "the restore must not bring a released lock back")
+// H3 when a Release is retried: the first attempt's DEL was applied but its
+// reply lost, and another client took the free key. The retry must not
+// delete the new holder's lock.
+func TestARetriedReleaseLeavesTheNextHolderAlone(t *testing.T) {
+	onEachBackend(t, func(t *testing.T, b *backend) {
+		client := b.client(t)
+		holder, err := b.lockerOn(t, client).TryAcquire(ctx, "lock.k")
+		require.NoError(t, err)
+		loseReply(client, "exec")
+
+		err = holder.Release(ctx)
+		require.Error(t, err)
+		require.NotErrorIs(t, err, ErrNotHeld, "the outcome is unknown to the holder")
+		next, err := b.locker(t).TryAcquire(ctx, "lock.k")
+		require.NoError(t, err)
+		nextValue := b.value(t, "lock.k")
+
+		require.ErrorIs(t, holder.Release(ctx), ErrNotHeld)
+		assert.Equal(t, nextValue, b.value(t, "lock.k"))
+		require.NoError(t, next.Release(ctx))
+	})
+}
+
+// H3 when the holder stalls inside Release until its lease is over and the
+// lock has been taken over: it must not delete the new holder's lock.
+func TestAReleaseStalledPastItsLeaseLeavesTheTakerAlone(t *testing.T) {
+	onEachBackend(t, func(t *testing.T, b *backend) {
+		client := b.client(t)
+		holder, err := b.lockerOn(t, client).TryAcquire(ctx, "lock.k")
+		require.NoError(t, err)
+		b.clock.Set(holder.ExpiresAt().Add(-time.Millisecond))
+		beforeWatch := gateBefore(t, client, "watch", 1)
+		released := make(chan error, 1)
+		go func() { released <- holder.Release(ctx) }()
+		beforeWatch.wait(t) // Release judged the lease live, then stalled
+
+		b.clock.Set(holder.ExpiresAt()) // ExpiresAt must not wait for the stalled Release
+		taker, err := b.locker(t).TryAcquire(ctx, "lock.k")
+		require.NoError(t, err)
+		takersValue := b.value(t, "lock.k")
+		beforeWatch.pass()
+
+		require.ErrorIs(t, <-released, ErrNotHeld)
+		assert.Equal(t, takersValue, b.value(t, "lock.k"))
+		require.NoError(t, taker.Release(ctx))
 	})
 }
 

@@ -7,6 +7,9 @@
 //  2. Otherwise GET key. A live expiry means someone else holds it.
 //  3. An expired one means its holder crashed: GETSET key <new expiry>, and
 //     the lock is ours only if the value GETSET returned was still expired.
+//     The GETSET runs inside WATCH/MULTI/EXEC on the expired value, so of
+//     the clients racing for it only the winner's executes and a loser never
+//     overwrites the winner's value.
 //
 // Release deletes the key only while it still holds our exact value, in a
 // WATCH/MULTI/EXEC transaction. Nothing newer than SETNX, GET, GETSET, DEL

@@ -5,6 +5,7 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -89,22 +90,25 @@ func (b *backend) crashedHolder(t testing.TB, key string) {
 	b.clock.Set(lock.ExpiresAt())
 }
 
-// racer is a client racing for an expired lock, stopped before its GETSET
-// and before the WATCH of its restore, so the test decides the interleaving.
+// racer is a client racing for an expired lock. It is stopped right after
+// the GET that showed it the expired value, before it acts on it, so the
+// test decides what happens in between; from then on its replies can be
+// lost, so that it cannot clean up after itself.
 type racer struct {
-	getset, restore *gate
-	done            chan error
+	sawExpired *gate
+	lost       *lostReplies
+	done       chan error
 }
 
 // startRacer starts a TryAcquire of key on a new client and waits until it
-// has read the expired value and is about to send GETSET.
+// has read the expired value.
 func (b *backend) startRacer(t *testing.T, key string) *racer {
 	t.Helper()
 	client := b.client(t)
-	r := &racer{getset: gateBefore(t, client, "getset", 1), restore: gateBefore(t, client, "watch", 1), done: make(chan error, 1)}
+	r := &racer{sawExpired: gateAfter(t, client, "get", 1), lost: loseReplies(client), done: make(chan error, 1)}
 	l := b.lockerOn(t, client)
 	go func() { _, err := l.TryAcquire(context.Background(), key); r.done <- err }()
-	r.getset.wait(t)
+	r.sawExpired.wait(t)
 	return r
 }
 
@@ -167,17 +171,17 @@ func (r *recorder) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 	}
 }
 
-// hookFunc runs before (and optionally instead of returning) one named
-// command, letting a test interleave clients at exact points or lose a
-// reply after the server applied the command.
+// hookFunc wraps one named command, sent alone or in a pipeline, letting a
+// test interleave clients at exact points or lose a reply after the server
+// applied the command.
 type hookFunc struct {
 	name string
-	// around receives the command and the next step; it decides when and
-	// whether to send it and what to report.
-	around func(ctx context.Context, cmd redis.Cmder, send func() error) error
+	// around receives the next step; it decides when and whether to send
+	// the command and what to report.
+	around func(send func() error) error
 }
 
-func hookCommand(c *redis.Client, name string, around func(ctx context.Context, cmd redis.Cmder, send func() error) error) {
+func hookCommand(c *redis.Client, name string, around func(send func() error) error) {
 	c.AddHook(hookFunc{name: name, around: around})
 }
 
@@ -188,42 +192,63 @@ func (h hookFunc) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		if cmd.Name() != h.name {
 			return next(ctx, cmd)
 		}
-		return h.around(ctx, cmd, func() error { return next(ctx, cmd) })
+		return h.around(func() error { return next(ctx, cmd) })
 	}
 }
 
 func (h hookFunc) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, cmd := range cmds {
+			if cmd.Name() == h.name {
+				return h.around(func() error { return next(ctx, cmds) })
+			}
+		}
+		return next(ctx, cmds)
+	}
 }
 
-// gate pauses a client before its n-th command of one name until the test
-// opens it, so that other clients can run in between.
+// gate stops a client at one of its commands until the test opens it, so
+// that other clients can run in between.
 type gate struct {
 	arrived chan struct{}
 	open    chan struct{}
 	once    sync.Once
 }
 
+// gateBefore stops the client before it sends its n-th command of that name.
 func gateBefore(t *testing.T, c *redis.Client, name string, n int) *gate {
+	return newGate(t, c, name, n, true)
+}
+
+// gateAfter stops the client after its n-th command of that name has been
+// answered, before the client sees the reply.
+func gateAfter(t *testing.T, c *redis.Client, name string, n int) *gate {
+	return newGate(t, c, name, n, false)
+}
+
+func newGate(t *testing.T, c *redis.Client, name string, n int, before bool) *gate {
 	g := &gate{arrived: make(chan struct{}), open: make(chan struct{})}
 	t.Cleanup(g.pass) // a failed test must not strand the gated client
-	var mu sync.Mutex
-	seen := 0
-	hookCommand(c, name, func(ctx context.Context, cmd redis.Cmder, send func() error) error {
-		mu.Lock()
-		seen++
-		hold := seen == n
-		mu.Unlock()
-		if hold {
-			close(g.arrived)
-			<-g.open
+	var seen atomic.Int64
+	hookCommand(c, name, func(send func() error) error {
+		if seen.Add(1) != int64(n) {
+			return send()
 		}
-		return send()
+		var err error
+		if !before {
+			err = send()
+		}
+		close(g.arrived)
+		<-g.open
+		if before {
+			err = send()
+		}
+		return err
 	})
 	return g
 }
 
-// wait blocks until the gated client has reached the command.
+// wait blocks until the gated client has reached its command.
 func (g *gate) wait(t *testing.T) {
 	t.Helper()
 	select {
@@ -233,7 +258,7 @@ func (g *gate) wait(t *testing.T) {
 	}
 }
 
-// pass lets the gated client send its command.
+// pass lets the gated client go on.
 func (g *gate) pass() { g.once.Do(func() { close(g.open) }) }
 
 // errLostReply stands for a reply lost after the server applied the command.
@@ -245,13 +270,46 @@ func (errLostReply) Temporary() bool { return true }
 
 var _ net.Error = errLostReply{}
 
-// loseReply makes the client's first command of that name reach the server
-// and be applied, but report a timeout instead of the reply (H5).
+// loseReply makes the client's first command of that name (alone or in a
+// pipeline) reach the server and be applied, but report a timeout instead
+// of the reply (H5).
 func loseReply(c *redis.Client, name string) {
 	var once sync.Once
-	hookCommand(c, name, func(ctx context.Context, cmd redis.Cmder, send func() error) error {
+	hookCommand(c, name, func(send func() error) error {
 		err := send()
 		once.Do(func() { err = errLostReply{} })
 		return err
 	})
+}
+
+// lostReplies, once armed, lets every command of a client reach the server
+// but loses every reply: a network that fails after delivery.
+type lostReplies struct{ armed atomic.Bool }
+
+func loseReplies(c *redis.Client) *lostReplies {
+	l := &lostReplies{}
+	c.AddHook(l)
+	return l
+}
+
+func (l *lostReplies) arm() { l.armed.Store(true) }
+
+func (l *lostReplies) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (l *lostReplies) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if err := next(ctx, cmd); !l.armed.Load() {
+			return err
+		}
+		return errLostReply{}
+	}
+}
+
+func (l *lostReplies) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if err := next(ctx, cmds); !l.armed.Load() {
+			return err
+		}
+		return errLostReply{}
+	}
 }

@@ -52,7 +52,8 @@ func isNil(client redis.UniversalClient) bool {
 func (l *Locker) TTL() time.Duration { return l.cfg.ttl }
 
 // maxStartOvers bounds how often one attempt starts over because the key
-// vanished between SETNX and GET (its holder released in between).
+// changed under it: it vanished between SETNX and GET (its holder released
+// in between), or another client took an expired lease over first.
 const maxStartOvers = 3
 
 // TryAcquire makes one attempt to take the lock on key and returns
@@ -75,7 +76,7 @@ func (l *Locker) tryAcquire(ctx context.Context, key string) (*Lock, time.Time, 
 	}
 	for range maxStartOvers {
 		expiry := l.leaseFrom(l.cfg.clock.Now())
-		value := formatValue(expiry, newToken(), "")
+		value := formatValue(expiry, newToken())
 
 		// Step 1: SETNX key <expiry>.
 		created, err := l.setnx(ctx, key, value)
@@ -87,7 +88,8 @@ func (l *Locker) tryAcquire(ctx context.Context, key string) (*Lock, time.Time, 
 			return nil, time.Time{}, fmt.Errorf("setnxlock: SETNX %q: %w", key, err)
 		}
 		if created {
-			return l.newLock(key, value, expiry), time.Time{}, nil
+			lock, err := l.grant(key, value, expiry)
+			return lock, time.Time{}, err
 		}
 
 		// Step 2: the key exists; read whose lease it is.
@@ -101,11 +103,13 @@ func (l *Locker) tryAcquire(ctx context.Context, key string) (*Lock, time.Time, 
 		now := l.cfg.clock.Now()
 		// H5: a value only we can have written, by a SETNX whose reply we
 		// never saw (here, or a go-redis retry of the SETNX just sent).
-		if current == value && now.Before(expiry) {
-			return l.newLock(key, value, expiry), time.Time{}, nil
+		if current == value {
+			lock, err := l.grant(key, value, expiry)
+			return lock, time.Time{}, err
 		}
 		if write, ok := l.pending.claim(key, current, now); ok {
-			return l.newLock(key, write.value, write.expiry), time.Time{}, nil
+			lock, err := l.grant(key, write.value, write.expiry)
+			return lock, time.Time{}, err
 		}
 		holderExpiry, err := parseExpiry(current)
 		if err != nil {
@@ -116,7 +120,10 @@ func (l *Locker) tryAcquire(ctx context.Context, key string) (*Lock, time.Time, 
 		}
 
 		// Step 3: the holder's lease has expired: try to take it over.
-		return l.takeOver(ctx, key, current)
+		lock, startOver, err := l.takeOver(ctx, key, current)
+		if !startOver {
+			return lock, time.Time{}, err
+		}
 	}
 	return nil, time.Time{}, fmt.Errorf("%w: %q was released and re-taken %d times in one attempt", ErrNotAcquired, key, maxStartOvers)
 }
@@ -127,8 +134,14 @@ func (l *Locker) leaseFrom(now time.Time) time.Time {
 	return now.Add(l.cfg.ttl).Truncate(time.Millisecond)
 }
 
-func (l *Locker) newLock(key, value string, expiry time.Time) *Lock {
-	return &Lock{locker: l, key: key, value: value, expiresAt: expiry}
+// grant hands out the lock we just won, unless its lease already ended
+// while we waited for Redis's reply (a stall like H8's): a Lock that is over
+// before the caller sees it would only invite work outside the lease.
+func (l *Locker) grant(key, value string, expiry time.Time) (*Lock, error) {
+	if expired(expiry, l.cfg.clock.Now()) {
+		return nil, fmt.Errorf("%w: %q: our lease ended before the reply arrived", ErrNotAcquired, key)
+	}
+	return &Lock{locker: l, key: key, value: value, expiresAt: expiry}, nil
 }
 
 // Acquire takes the lock on key, waiting while another client holds it. It
@@ -190,10 +203,12 @@ type Lock struct {
 	locker *Locker
 	key    string
 
-	mu        sync.Mutex
-	value     string    // exactly what we stored; ownership is this string
-	expiresAt time.Time // end of our lease by the Locker's clock
-	released  bool
+	op       sync.Mutex // serialises the calls that talk to Redis
+	value    string     // exactly what we stored; ownership is this string
+	released bool       // guarded by op
+
+	mu        sync.Mutex // guards expiresAt alone, so reading it never waits on Redis
+	expiresAt time.Time  // end of our lease by the Locker's clock
 }
 
 // Key returns the Redis key the lock is held on.
@@ -214,17 +229,18 @@ func (k *Lock) ExpiresAt() time.Time {
 // courtesy, but the caller is still told the lease was lost. Calling Release
 // again after it succeeded also returns ErrNotHeld.
 func (k *Lock) Release(ctx context.Context) error {
-	k.mu.Lock()
-	defer k.mu.Unlock()
+	k.op.Lock()
+	defer k.op.Unlock()
 	if k.released {
 		return fmt.Errorf("%w: %q was already released", ErrNotHeld, k.key)
 	}
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("setnxlock: release %q: %w", k.key, err)
 	}
-	live := !expired(k.expiresAt, k.locker.cfg.clock.Now())
+	expiresAt := k.ExpiresAt()
+	live := !expired(expiresAt, k.locker.cfg.clock.Now())
 	deleted, err := k.locker.compareAndWrite(ctx, k.key,
-		func(current string) bool { return k.owns(current, live) },
+		func(current string) bool { return current == k.value },
 		func(pipe redis.Pipeliner) { pipe.Del(ctx, k.key) })
 	if err != nil {
 		return fmt.Errorf("setnxlock: release %q: %w", k.key, err)
@@ -232,29 +248,9 @@ func (k *Lock) Release(ctx context.Context) error {
 	k.released = true
 	switch {
 	case !live:
-		return fmt.Errorf("%w: the lease on %q expired at %s", ErrNotHeld, k.key, k.expiresAt.UTC().Format(time.RFC3339Nano))
+		return fmt.Errorf("%w: the lease on %q expired at %s", ErrNotHeld, k.key, expiresAt.UTC().Format(time.RFC3339Nano))
 	case !deleted:
 		return fmt.Errorf("%w: %q no longer holds our value", ErrNotHeld, k.key)
 	}
 	return nil
-}
-
-// owns decides whether the key's current value is ours. Our exact value
-// always is (H3). While our lease is live, so is a value written by another
-// client's GETSET, unless that client had read our own value as expired. Any
-// other GETSET that replaced our live value, or a leftover over it, returned
-// a live lease and so lost; its writer restores what it overwrote, but
-// restores that interleave badly, or our Release landing before the restore,
-// can leave its value in our place (H2, see deadlock.go). A takeover of our
-// own value can only come from a client that judged our lease over, so that
-// one is never ours.
-func (k *Lock) owns(current string, live bool) bool {
-	if current == k.value {
-		return true
-	}
-	if !live {
-		return false
-	}
-	tag := tagOf(current)
-	return tag != "" && tag != takeoverTag(k.value)
 }

@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -168,13 +167,33 @@ func TestAcquireRecognisesItsOwnLostSetnx(t *testing.T) {
 func TestResentSetnxRecognisesItsFirstCopy(t *testing.T) {
 	onEachBackend(t, func(t *testing.T, b *backend) {
 		client := b.client(t)
-		hookCommand(client, "setnx", func(ctx context.Context, _ redis.Cmder, send func() error) error {
+		hookCommand(client, "setnx", func(send func() error) error {
 			_ = send()    // applied; the reply is lost
 			return send() // the client's retry: 0, the key exists
 		})
 		lock, err := b.lockerOn(t, client).TryAcquire(ctx, "lock.k")
 		require.NoError(t, err)
 		require.NoError(t, lock.Release(ctx))
+	})
+}
+
+// A holder that stalls between sending SETNX and reading its reply past the
+// whole lease must not be handed a Lock that is already over (H8 at
+// acquire time): others may have taken it over meanwhile.
+func TestALeaseThatEndedBeforeTheReplyIsNotGranted(t *testing.T) {
+	onEachBackend(t, func(t *testing.T, b *backend) {
+		client := b.client(t)
+		hookCommand(client, "setnx", func(send func() error) error {
+			err := send()
+			b.clock.Advance(10 * time.Second) // the reply arrives a whole TTL later
+			return err
+		})
+		_, err := b.lockerOn(t, client).TryAcquire(ctx, "lock.k")
+		require.ErrorIs(t, err, ErrNotAcquired)
+
+		other, err := b.locker(t).TryAcquire(ctx, "lock.k")
+		require.NoError(t, err, "the stale value is expired and can be taken over")
+		require.NoError(t, other.Release(ctx))
 	})
 }
 
@@ -195,19 +214,24 @@ func TestLostSetnxReplyDoesNotClaimAnotherClientsLock(t *testing.T) {
 	})
 }
 
-// A lost GETSET reply hides whether we won the takeover, so the value it
-// wrote is never claimed: another racer may own the lock.
-func TestLostGetsetReplyIsNeverClaimed(t *testing.T) {
+// H5 for a takeover: the watched GETSET ran, so the lease is rightfully
+// ours, but the EXEC reply was lost. The next attempt recognises our value.
+func TestLostTakeoverReplyIsRecognisedOnTheNextAttempt(t *testing.T) {
 	onEachBackend(t, func(t *testing.T, b *backend) {
 		b.crashedHolder(t, "lock.k")
-
 		client := b.client(t)
-		loseReply(client, "getset")
+		loseReply(client, "exec")
 		l := b.lockerOn(t, client)
+
 		_, err := l.TryAcquire(ctx, "lock.k")
 		require.Error(t, err)
-		_, err = l.TryAcquire(ctx, "lock.k")
-		require.ErrorIs(t, err, ErrNotAcquired)
+		require.NotErrorIs(t, err, ErrNotAcquired)
+		written := b.value(t, "lock.k")
+
+		lock, err := l.TryAcquire(ctx, "lock.k")
+		require.NoError(t, err, "our own takeover must be recognised")
+		assert.Equal(t, written, b.value(t, "lock.k"))
+		require.NoError(t, lock.Release(ctx))
 	})
 }
 
@@ -218,12 +242,12 @@ func TestStartingOverIsBounded(t *testing.T) {
 		client := b.client(t)
 		sent := record(client)
 		live := strconv.FormatInt(epoch.Add(time.Minute).UnixMilli(), 10)
-		hookCommand(client, "setnx", func(ctx context.Context, _ redis.Cmder, send func() error) error {
+		hookCommand(client, "setnx", func(send func() error) error {
 			b.set(t, "lock.k", live) // someone holds it as our SETNX arrives...
 			return send()
 		})
-		hookCommand(client, "get", func(ctx context.Context, _ redis.Cmder, send func() error) error {
-			require.NoError(t, b.raw.Del(ctx, "lock.k").Err()) // ...and releases before our GET
+		hookCommand(client, "get", func(send func() error) error {
+			require.NoError(t, b.raw.Del(context.Background(), "lock.k").Err()) // ...and releases before our GET
 			return send()
 		})
 

@@ -63,14 +63,19 @@ func WithClock(clock Clock) Option {
 	}
 }
 
+// MinBackoffFloor is the smallest minimum backoff WithBackoff accepts, so
+// that Acquire never spins on Redis without sleeping.
+const MinBackoffFloor = 100 * time.Microsecond
+
 // WithBackoff sets the bounds of Acquire's exponential backoff between
 // attempts (defaults DefaultMinBackoff and DefaultMaxBackoff). Each wait is
 // drawn with jitter from the upper half of the current step, and is cut
-// short when the holder's lease ends sooner.
+// short when the holder's lease ends sooner. min must be at least
+// MinBackoffFloor and max at least min.
 func WithBackoff(min, max time.Duration) Option {
 	return func(c *config) error {
-		if min <= 0 || max < min {
-			return fmt.Errorf("%w: backoff needs 0 < min <= max, got min=%v max=%v", ErrInvalidArgument, min, max)
+		if min < MinBackoffFloor || max < min {
+			return fmt.Errorf("%w: backoff needs %v <= min <= max, got min=%v max=%v", ErrInvalidArgument, MinBackoffFloor, min, max)
 		}
 		c.minBackoff, c.maxBackoff = min, max
 		return nil

@@ -27,6 +27,7 @@ func TestBadConfigurationIsRejected(t *testing.T) {
 		"nil clock":              {client: client, opts: []Option{WithClock(nil)}},
 		"nil option":             {client: client, opts: []Option{nil}},
 		"zero backoff":           {client: client, opts: []Option{WithBackoff(0, time.Second)}},
+		"backoff below floor":    {client: client, opts: []Option{WithBackoff(time.Nanosecond, time.Nanosecond)}},
 		"backoff max below min":  {client: client, opts: []Option{WithBackoff(time.Second, time.Millisecond)}},
 		"negative backoff bound": {client: client, opts: []Option{WithBackoff(-time.Millisecond, time.Second)}},
 	}

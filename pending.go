@@ -5,24 +5,23 @@ import (
 	"time"
 )
 
-// pendingWrites remembers SETNX values whose reply was lost (H5): the server
-// may have applied the command after all. A later attempt that finds one of
-// these values at its key owns the lock, because SETNX wrote it only when the
-// key was free and nobody else knows the random token. Only SETNX values are
-// remembered: a lost GETSET reply hides whether we won the takeover, so its
-// value can never be claimed.
+// pendingWrites remembers values whose write lost its reply (H5): the server
+// may have applied it after all. A later attempt that finds one of these
+// values at its key owns the lock, because each write could only apply when
+// the lock was rightfully ours (SETNX on a free key, or the watched takeover
+// of the expired value we read) and nobody else knows the random token.
 type pendingWrites struct {
 	mu    sync.Mutex
 	byKey map[string][]pendingWrite
 }
 
-// pendingWrite is one SETNX whose outcome is unknown.
+// pendingWrite is one write whose outcome is unknown.
 type pendingWrite struct {
 	value  string
 	expiry time.Time
 }
 
-// remember records a SETNX of value on key whose reply was lost. Entries
+// remember records a write of value on key whose reply was lost. Entries
 // whose lease is over at now are dropped at the same time, so the map holds
 // only writes that could still be claimed.
 func (p *pendingWrites) remember(key, value string, expiry, now time.Time) {

@@ -108,7 +108,7 @@ func TestMutualExclusionWithCrashedHolders(t *testing.T) {
 // already over when written, everyone walks in.
 func TestCriticalSectionDetectsOverlap(t *testing.T) {
 	b := newBackend(t, "miniredis", startMiniredis(t))
-	broken := b.locker(t, WithClock(systemClock{}), WithTTL(time.Millisecond), WithBackoff(time.Microsecond, time.Microsecond))
+	broken := b.locker(t, WithClock(systemClock{}), WithTTL(time.Millisecond), WithBackoff(MinBackoffFloor, MinBackoffFloor))
 	var cs criticalSection
 	var wg sync.WaitGroup
 	release := make(chan struct{})

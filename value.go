@@ -3,7 +3,6 @@ package setnxlock
 import (
 	"crypto/rand"
 	"fmt"
-	"hash/fnv"
 	"strconv"
 	"strings"
 	"time"
@@ -11,13 +10,9 @@ import (
 
 // The stored value.
 //
-// We write "<expiry unix ms>:<owner token>" after SETNX and
-// "<expiry unix ms>:<owner token>:<takeover tag>" after a GETSET takeover.
-// The token is crypto/rand.Text (26 base32 characters, 130 random bits), new
-// for every write, so ownership is an exact string comparison (H3, H5). The
-// tag marks a value written by GETSET and names the expired value its writer
-// had read, which lets a live holder tell a GETSET loser's leftover from the
-// value of a client that judged the holder's own lease over (H2, Lock.owns).
+// We write "<expiry unix ms>:<owner token>". The token is crypto/rand.Text
+// (26 base32 characters, 130 random bits), new for every write, so
+// ownership is an exact string comparison (H3, H5).
 //
 // We read every classic format: an integer or decimal number of Unix seconds
 // or milliseconds (told apart by magnitude), optionally followed by a suffix
@@ -36,39 +31,12 @@ const (
 func newToken() string { return rand.Text() }
 
 // formatValue renders a value of our own format.
-func formatValue(expiry time.Time, token, tag string) string {
-	b := make([]byte, 0, 14+1+len(token)+1+len(tag))
+func formatValue(expiry time.Time, token string) string {
+	b := make([]byte, 0, 14+1+len(token))
 	b = strconv.AppendInt(b, expiry.UnixMilli(), 10)
 	b = append(b, ':')
 	b = append(b, token...)
-	if tag != "" {
-		b = append(b, ':')
-		b = append(b, tag...)
-	}
 	return string(b)
-}
-
-// takeoverTag names the expired value a GETSET takeover replaces. Clients
-// racing to take over the same expired value compute the same tag.
-func takeoverTag(expiredValue string) string {
-	h := fnv.New64a()
-	h.Write([]byte(expiredValue))
-	return strconv.FormatUint(h.Sum64(), 16)
-}
-
-// tagOf returns the takeover tag of a value of our own format, or "" when
-// the value carries none.
-func tagOf(value string) string {
-	first := strings.IndexByte(value, ':')
-	if first < 0 {
-		return ""
-	}
-	rest := value[first+1:]
-	second := strings.IndexByte(rest, ':')
-	if second < 0 {
-		return ""
-	}
-	return rest[second+1:]
 }
 
 // parseExpiry reads the expiry instant out of any classic lock value. A

@@ -20,7 +20,6 @@ func TestParseExpiryReadsEveryClassicFormat(t *testing.T) {
 		{"1795000000.123456789123", time.Unix(1795000000, 123456789)}, // more digits than nanoseconds
 		{"1795000000123.9", time.UnixMilli(1795000000123)},            // float ms: the fraction is dropped
 		{"1795000000123:TOKEN", time.UnixMilli(1795000000123)},        // ours
-		{"1795000000123:TOKEN:tag", time.UnixMilli(1795000000123)},    // ours after a takeover
 		{"1795000000 host-1", time.Unix(1795000000, 0)},               // a suffix after a space
 		{"1795000000|x", time.Unix(1795000000, 0)},
 		{"0", time.Unix(0, 0)},
@@ -53,20 +52,10 @@ func TestNotLockValueErrorQuotesAShortPrefix(t *testing.T) {
 
 func TestFormattedValuesParseBack(t *testing.T) {
 	expiry := time.UnixMilli(1795000000123)
-	for _, tag := range []string{"", takeoverTag("1795000000")} {
-		value := formatValue(expiry, newToken(), tag)
-		got, err := parseExpiry(value)
-		require.NoError(t, err)
-		assert.True(t, expiry.Equal(got))
-		assert.Equal(t, tag, tagOf(value))
-	}
-}
-
-func TestTakeoverTagDependsOnlyOnTheExpiredValue(t *testing.T) {
-	assert.Equal(t, takeoverTag("1795000000"), takeoverTag("1795000000"))
-	assert.NotEqual(t, takeoverTag("1795000000"), takeoverTag("1795000001"))
-	assert.Equal(t, "", tagOf("1795000000"))
-	assert.Equal(t, "", tagOf("1795000000123:TOKEN"))
+	value := formatValue(expiry, newToken())
+	got, err := parseExpiry(value)
+	require.NoError(t, err)
+	assert.True(t, expiry.Equal(got))
 }
 
 func TestExpiredIsInclusiveOfTheExpiryInstant(t *testing.T) {

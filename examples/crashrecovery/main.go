@@ -144,8 +144,14 @@ func (t *timeline) DialHook(next redis.DialHook) redis.DialHook { return next }
 func (t *timeline) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		err := next(ctx, cmds)
-		if len(cmds) > 1 && cmds[0].Name() == "multi" {
-			t.event("waiter", "MULTI %s EXEC: the transaction deletes only if the key did not change since WATCH", strings.ToUpper(cmds[1].Name()))
+		if len(cmds) < 2 || cmds[0].Name() != "multi" {
+			return err
+		}
+		switch cmds[1].Name() {
+		case "getset":
+			t.event("waiter", "MULTI GETSET EXEC -> old value still expired: the lock is ours (nobody DELs it, so no C1/C2 race)")
+		case "del":
+			t.event("waiter", "MULTI DEL EXEC: runs only because the key kept our value since WATCH")
 		}
 		return err
 	}
@@ -168,8 +174,8 @@ func (t *timeline) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	}
 }
 
-// describe reports a GET or GETSET reply, judging the old lease by its
-// expiry (the number before the ':').
+// describe reports a GET reply, judging the lease by its expiry (the number
+// before the ':').
 func (t *timeline) describe(cmd *redis.StringCmd) {
 	name := strings.ToUpper(cmd.Name())
 	value := cmd.Val()
@@ -178,6 +184,9 @@ func (t *timeline) describe(cmd *redis.StringCmd) {
 	switch {
 	case cmd.Err() != nil:
 		t.event("waiter", "%s -> %v", name, cmd.Err())
+	case t.watching && left <= 0:
+		t.watching = false
+		t.event("waiter", "WATCH %s, GET -> still the expired value", key)
 	case t.watching:
 		t.watching = false
 		t.event("waiter", "WATCH %s, GET -> our own value", key)
@@ -192,7 +201,5 @@ func (t *timeline) describe(cmd *redis.StringCmd) {
 		fallthrough
 	case name == "GET":
 		t.event("waiter", "SETNX -> 0, GET -> lease expired %v ago: the holder is gone", -left)
-	case name == "GETSET":
-		t.event("waiter", "GETSET -> old value still expired: the takeover is ours (no DEL, so no C1/C2 race)")
 	}
 }

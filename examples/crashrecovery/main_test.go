@@ -16,7 +16,7 @@ func TestDemoRecoversTheKilledHoldersLock(t *testing.T) {
 	for _, want := range []string{
 		"killed with SIGKILL",
 		"refused",
-		"GETSET -> old value still expired",
+		"MULTI GETSET EXEC -> old value still expired",
 		"lock recovered",
 		"released",
 	} {
