@@ -28,7 +28,7 @@ const restoreTimeout = time.Second
 // It never deletes the old value and then SETNXes (H1, the page's C1/C2
 // race). It sends the page's GETSET, but inside WATCH key, GET key, MULTI,
 // GETSET, EXEC: the transaction runs only while the key still holds the very
-// value we judged expired, so of all the clients racing for it exactly one
+// value we judged expired, so of all the clients racing for it at most one
 // GETSET executes. A bare GETSET would let every loser overwrite the
 // winner's value and rely on each loser to put it back (H2); a loser whose
 // reply was lost, whose context ended or whose process died would leave its
@@ -36,7 +36,8 @@ const restoreTimeout = time.Second
 // client in. With the watch, a loser writes nothing.
 //
 // startOver is true when the key no longer holds expiredValue: someone else
-// took it over or released it, and the caller should look again.
+// took it over or released it, or it became another type; the caller should
+// look again.
 func (l *Locker) takeOver(ctx context.Context, key, expiredValue string) (lock *Lock, startOver bool, err error) {
 	now := l.cfg.clock.Now()
 	expiry := l.leaseFrom(now)
@@ -48,8 +49,8 @@ func (l *Locker) takeOver(ctx context.Context, key, expiredValue string) (lock *
 		func(pipe redis.Pipeliner) { _ = pipe.Process(ctx, getset) })
 	if err != nil {
 		// H5: if EXEC ran before its reply was lost, the key held the
-		// expired value and the lease is rightfully ours; let the next
-		// attempt recognise it.
+		// expired value and the lease is rightfully ours (WATCH guarantees
+		// it); let the next attempt recognise it.
 		l.pending.remember(key, value, expiry, now)
 		return nil, false, fmt.Errorf("setnxlock: take over %q: %w", key, err)
 	}
@@ -58,9 +59,10 @@ func (l *Locker) takeOver(ctx context.Context, key, expiredValue string) (lock *
 	}
 
 	// The page's check: the lock is ours only if the old value is still
-	// expired (or missing). Under WATCH it always is; should a server or
-	// proxy not honour WATCH, we have overwritten a live lease and put it
-	// back (H2).
+	// expired (or missing). Under WATCH it always is. If it is not, the
+	// server or a proxy ignores WATCH: we have overwritten someone's live
+	// lease. Put it back as best we can and stop: without WATCH neither
+	// takeover nor release is safe, and a retry would only do it again.
 	old, found, err := stringReply(getset)
 	if err != nil {
 		return nil, false, fmt.Errorf("setnxlock: GETSET %q: %w", key, err)
@@ -71,13 +73,14 @@ func (l *Locker) takeOver(ctx context.Context, key, expiredValue string) (lock *
 		return lock, false, err
 	}
 	if err := l.restore(ctx, key, value, old); err != nil {
-		return nil, false, fmt.Errorf("setnxlock: %q: WATCH was not honoured and the overwritten value could not be restored: %w", key, err)
+		return nil, false, fmt.Errorf("%w: GETSET on %q replaced a live lease, and putting it back failed: %w", ErrWatchIgnored, key, err)
 	}
-	return nil, false, fmt.Errorf("%w: %q: GETSET inside WATCH replaced a live lease, which was restored (does the server honour WATCH?)", ErrNotAcquired, key)
+	return nil, false, fmt.Errorf("%w: GETSET on %q replaced a live lease; it was put back", ErrWatchIgnored, key)
 }
 
 // restore puts back the value a GETSET replaced, if the key still holds the
-// value we wrote (H2).
+// value we wrote. It is a courtesy on a server that ignores WATCH, where it
+// is not atomic either (H2).
 func (l *Locker) restore(ctx context.Context, key, ours, previous string) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), restoreTimeout)
 	defer cancel()

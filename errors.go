@@ -16,6 +16,12 @@ var ErrNotHeld = errors.New("setnxlock: lock not held")
 // The key is left as it was.
 var ErrNotLockValue = errors.New("setnxlock: key holds a value that is not a lock")
 
+// ErrWatchIgnored reports that a GETSET run inside WATCH/MULTI/EXEC replaced
+// a value other than the one watched: the server, or a proxy in front of it,
+// accepts WATCH but does not honour it. Taking over and releasing locks
+// safely needs WATCH, so the Locker stops rather than retry.
+var ErrWatchIgnored = errors.New("setnxlock: the server does not honour WATCH")
+
 // ErrInvalidArgument reports bad input to New, an Option or a method: a nil
 // client, an empty key, a TTL or backoff out of range. Nothing is written to
 // Redis when it is returned.

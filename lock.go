@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"strings"
 	"sync"
 	"time"
 
@@ -95,14 +96,18 @@ func (l *Locker) tryAcquire(ctx context.Context, key string) (*Lock, time.Time, 
 		// Step 2: the key exists; read whose lease it is.
 		current, found, err := l.get(ctx, key)
 		if err != nil {
+			// H5: the 0 may have come from go-redis resending a SETNX whose
+			// first copy was applied; without the GET we cannot tell.
+			l.pending.remember(key, value, expiry, l.cfg.clock.Now())
 			return nil, time.Time{}, fmt.Errorf("setnxlock: GET %q: %w", key, err)
 		}
 		if !found {
 			continue // released between SETNX and GET: start over
 		}
 		now := l.cfg.clock.Now()
-		// H5: a value only we can have written, by a SETNX whose reply we
-		// never saw (here, or a go-redis retry of the SETNX just sent).
+		// H5: a value only we can have written: go-redis resent this
+		// attempt's SETNX after losing the reply of a first copy that was
+		// applied, so the resend answered 0.
 		if current == value {
 			lock, err := l.grant(key, value, expiry)
 			return lock, time.Time{}, err
@@ -183,18 +188,27 @@ func contextEnded(key string, ctxErr, last error) error {
 }
 
 // retryable reports whether Acquire should try again after err: yes when
-// the lock was held, and for transport failures (timeouts, dropped
-// connections) that may heal; no for bad input, foreign values (H7) and
-// error replies from the server, which a retry would only repeat.
+// the lock was held, for transport failures (timeouts, dropped connections)
+// and for server replies that say "not now"; no for bad input, foreign
+// values (H7), a server that ignores WATCH, and other error replies, which a
+// retry would only repeat.
 func retryable(err error) bool {
-	if errors.Is(err, ErrNotAcquired) {
+	switch {
+	case errors.Is(err, ErrNotAcquired), errors.Is(err, redis.TxFailedErr):
 		return true
-	}
-	if errors.Is(err, ErrInvalidArgument) || errors.Is(err, ErrNotLockValue) {
+	case errors.Is(err, ErrInvalidArgument), errors.Is(err, ErrNotLockValue), errors.Is(err, ErrWatchIgnored):
 		return false
 	}
 	var redisErr redis.Error
-	return !errors.As(err, &redisErr)
+	if !errors.As(err, &redisErr) {
+		return true
+	}
+	for _, transient := range []string{"LOADING ", "READONLY ", "TRYAGAIN ", "CLUSTERDOWN ", "MASTERDOWN ", "BUSY "} {
+		if strings.HasPrefix(redisErr.Error(), transient) {
+			return true
+		}
+	}
+	return false
 }
 
 // Lock is a lease on one key, returned by TryAcquire or Acquire. Its methods
@@ -206,6 +220,7 @@ type Lock struct {
 	op       sync.Mutex // serialises the calls that talk to Redis
 	value    string     // exactly what we stored; ownership is this string
 	released bool       // guarded by op
+	inDoubt  bool       // guarded by op: a Release failed in transit and may have deleted the key
 
 	mu        sync.Mutex // guards expiresAt alone, so reading it never waits on Redis
 	expiresAt time.Time  // end of our lease by the Locker's clock
@@ -226,8 +241,9 @@ func (k *Lock) ExpiresAt() time.Time {
 // value, atomically (H3). It returns an error matching ErrNotHeld, and leaves
 // any other owner's key alone, when our lease has already expired or the key
 // is no longer ours; an expired value that is still ours is deleted as a
-// courtesy, but the caller is still told the lease was lost. Calling Release
-// again after it succeeded also returns ErrNotHeld.
+// courtesy, but the caller is still told the lease was lost. A Release that
+// failed with a network error may be called again; calling it again after
+// it succeeded returns ErrNotHeld.
 func (k *Lock) Release(ctx context.Context) error {
 	k.op.Lock()
 	defer k.op.Unlock()
@@ -243,14 +259,17 @@ func (k *Lock) Release(ctx context.Context) error {
 		func(current string) bool { return current == k.value },
 		func(pipe redis.Pipeliner) { pipe.Del(ctx, k.key) })
 	if err != nil {
+		k.inDoubt = true
 		return fmt.Errorf("setnxlock: release %q: %w", k.key, err)
 	}
 	k.released = true
 	switch {
 	case !live:
 		return fmt.Errorf("%w: the lease on %q expired at %s", ErrNotHeld, k.key, expiresAt.UTC().Format(time.RFC3339Nano))
-	case !deleted:
+	case !deleted && !k.inDoubt:
 		return fmt.Errorf("%w: %q no longer holds our value", ErrNotHeld, k.key)
 	}
+	// Deleted now, or by the earlier attempt whose reply was lost: while our
+	// lease is live nobody else can have removed our value.
 	return nil
 }

@@ -9,7 +9,8 @@ import (
 // may have applied it after all. A later attempt that finds one of these
 // values at its key owns the lock, because each write could only apply when
 // the lock was rightfully ours (SETNX on a free key, or the watched takeover
-// of the expired value we read) and nobody else knows the random token.
+// of the expired value we read, given a server that honours WATCH) and
+// nobody else knows the random token.
 type pendingWrites struct {
 	mu    sync.Mutex
 	byKey map[string][]pendingWrite

@@ -2,8 +2,12 @@ package setnxlock
 
 import (
 	"context"
+	"fmt"
+	"io"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -54,3 +58,35 @@ func TestAcquireWakesWhenTheHoldersLeaseEnds(t *testing.T) {
 		require.NoError(t, lock.Release(ctx))
 	})
 }
+
+func TestAcquireRetriesOnlyWhatMayHeal(t *testing.T) {
+	cases := []struct {
+		err   error
+		retry bool
+	}{
+		{ErrNotAcquired, true},
+		{fmt.Errorf("wrapped: %w", ErrNotAcquired), true},
+		{redis.TxFailedErr, true},
+		{errLostReply{}, true},
+		{io.EOF, true},
+		{serverError("LOADING Redis is loading the dataset in memory"), true},
+		{serverError("READONLY You can't write against a read only replica."), true},
+		{serverError("TRYAGAIN Multiple keys request during rehashing of slot"), true},
+		{ErrInvalidArgument, false},
+		{ErrNotLockValue, false},
+		{ErrWatchIgnored, false},
+		{serverError("NOPERM this user has no permissions to run the 'getset' command"), false},
+		{serverError("ERR unknown command 'SETNX'"), false},
+	}
+	for _, c := range cases {
+		assert.Equal(t, c.retry, retryable(c.err), "%v", c.err)
+	}
+}
+
+// serverError is an error reply from Redis, as go-redis reports it.
+type serverError string
+
+func (e serverError) Error() string { return string(e) }
+func (serverError) RedisError()     {}
+
+var _ redis.Error = serverError("")
