@@ -130,7 +130,7 @@ func (l *Locker) tryAcquire(ctx context.Context, key string) (*Lock, time.Time, 
 			return lock, time.Time{}, err
 		}
 	}
-	return nil, time.Time{}, fmt.Errorf("%w: %q was released and re-taken %d times in one attempt", ErrNotAcquired, key, maxStartOvers)
+	return nil, time.Time{}, fmt.Errorf("%w: %q changed under us %d times in one attempt", ErrNotAcquired, key, maxStartOvers)
 }
 
 // leaseFrom is the expiry of a lease that starts at now, at the stored
