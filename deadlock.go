@@ -46,7 +46,12 @@ func (l *Locker) takeOver(ctx context.Context, key, expiredValue string) (lock *
 
 	written, err := l.compareAndWrite(ctx, key,
 		func(current string) bool { return current == expiredValue },
-		func(pipe redis.Pipeliner) { _ = pipe.Process(ctx, getset) })
+		func(pipe redis.Pipeliner) {
+			_ = pipe.Process(ctx, getset)
+			// GETSET clears any TTL; put the safety net back in the same
+			// transaction (H6).
+			pipe.PExpire(ctx, key, l.safetyNet(l.cfg.ttl))
+		})
 	if err != nil {
 		// H5: if EXEC ran before its reply was lost, the key held the
 		// expired value and the lease is rightfully ours (WATCH guarantees

@@ -30,7 +30,7 @@ func TestCrashedHolderIsRecoveredWithGetsetAfterExpiry(t *testing.T) {
 		b.clock.Advance(time.Millisecond)
 		lock, err := waiter.TryAcquire(ctx, "lock.k")
 		require.NoError(t, err, "at the expiry instant the lease is over (the page: timestamp <= now)")
-		assert.Equal(t, "SETNX GET SETNX GET WATCH GET MULTI GETSET EXEC", sent.names(), "taken over with a watched GETSET, never DEL")
+		assert.Equal(t, "SETNX GET SETNX GET WATCH GET MULTI GETSET PEXPIRE EXEC", sent.names(), "taken over with a watched GETSET, never DEL")
 		assert.Equal(t, epoch.Add(20*time.Second), lock.ExpiresAt())
 
 		require.ErrorIs(t, crashed.Release(ctx), ErrNotHeld)

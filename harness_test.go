@@ -40,7 +40,10 @@ func onEachBackend(t *testing.T, scenario func(t *testing.T, b *backend)) {
 	})
 }
 
-func startMiniredis(t *testing.T) string { return miniredis.RunT(t).Addr() }
+func startMiniredis(t *testing.T) string { return startMiniredisServer(t).Addr() }
+
+// startMiniredisServer is for tests that move miniredis's own TTL clock.
+func startMiniredisServer(t *testing.T) *miniredis.Miniredis { return miniredis.RunT(t) }
 
 func newBackend(t *testing.T, name, addr string) *backend {
 	b := &backend{name: name, addr: addr, clock: NewManualClock(epoch)}

@@ -90,6 +90,9 @@ func (l *Locker) tryAcquire(ctx context.Context, key string) (*Lock, time.Time, 
 		}
 		if created {
 			lock, err := l.grant(key, value, expiry)
+			if err == nil {
+				l.setSafetyNet(ctx, key, expiry)
+			}
 			return lock, time.Time{}, err
 		}
 
@@ -146,7 +149,25 @@ func (l *Locker) grant(key, value string, expiry time.Time) (*Lock, error) {
 	if expired(expiry, l.cfg.clock.Now()) {
 		return nil, fmt.Errorf("%w: %q: our lease ended before the reply arrived", ErrNotAcquired, key)
 	}
-	return &Lock{locker: l, key: key, value: value, expiresAt: expiry}, nil
+	return &Lock{locker: l, key: key, token: tokenOf(value), expiresAt: expiry}, nil
+}
+
+// safetyNet is how long Redis keeps a key whose lease ends in remaining:
+// the lease, then the grace period (H6).
+func (l *Locker) safetyNet(remaining time.Duration) time.Duration {
+	if l.cfg.grace > 0 {
+		return remaining + l.cfg.grace
+	}
+	return remaining + l.cfg.ttl
+}
+
+// setSafetyNet gives a key we just created with SETNX its Redis expiry
+// (H6). SETNX cannot carry one, and sending PEXPIRE blindly alongside it
+// would touch someone else's key when SETNX fails, so it follows the win.
+// It is best effort: if it fails, the key behaves like a classic lock until
+// a refresh or a takeover sets the net again.
+func (l *Locker) setSafetyNet(ctx context.Context, key string, expiry time.Time) {
+	_ = l.client.PExpire(ctx, key, l.safetyNet(expiry.Sub(l.cfg.clock.Now()))).Err()
 }
 
 // Acquire takes the lock on key, waiting while another client holds it. It
@@ -218,7 +239,7 @@ type Lock struct {
 	key    string
 
 	op       sync.Mutex // serialises the calls that talk to Redis
-	value    string     // exactly what we stored; ownership is this string
+	token    string     // in every value we write for this lease; ownership is carrying it
 	released bool       // guarded by op
 	inDoubt  bool       // guarded by op: a Release failed in transit and may have deleted the key
 
@@ -255,8 +276,7 @@ func (k *Lock) Release(ctx context.Context) error {
 	}
 	expiresAt := k.ExpiresAt()
 	live := !expired(expiresAt, k.locker.cfg.clock.Now())
-	deleted, err := k.locker.compareAndWrite(ctx, k.key,
-		func(current string) bool { return current == k.value },
+	deleted, err := k.locker.compareAndWrite(ctx, k.key, k.owns,
 		func(pipe redis.Pipeliner) { pipe.Del(ctx, k.key) })
 	if err != nil {
 		k.inDoubt = true
@@ -272,4 +292,11 @@ func (k *Lock) Release(ctx context.Context) error {
 	// Deleted now, or by the earlier attempt whose reply was lost: while our
 	// lease is live nobody else can have removed our value.
 	return nil
+}
+
+// owns reports whether a value at our key is ours: it carries our lease's
+// token (H3). A refresh whose reply was lost may have replaced our value
+// with a newer one of ours, and both are recognised.
+func (k *Lock) owns(current string) bool {
+	return k.token != "" && tokenOf(current) == k.token
 }

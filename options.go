@@ -25,6 +25,7 @@ type config struct {
 	clock      Clock
 	minBackoff time.Duration
 	maxBackoff time.Duration
+	grace      time.Duration // 0: the lease's own length
 }
 
 func defaultConfig() config {
@@ -59,6 +60,22 @@ func WithClock(clock Clock) Option {
 			return fmt.Errorf("%w: nil Clock", ErrInvalidArgument)
 		}
 		c.clock = clock
+		return nil
+	}
+}
+
+// WithExpiryGrace sets how long after the end of a lease Redis itself
+// deletes the key, a safety net for keys whose holder crashed and that
+// nobody takes over (H6). The default is the lease's own length, so a key
+// outlives its lease by at most that much. It must be at least 1ms. The
+// expiry is set with a relative PEXPIRE, so no clock offset between client
+// and server can make it end a live lease.
+func WithExpiryGrace(d time.Duration) Option {
+	return func(c *config) error {
+		if d < time.Millisecond {
+			return fmt.Errorf("%w: expiry grace %v is below 1ms", ErrInvalidArgument, d)
+		}
+		c.grace = d
 		return nil
 	}
 }

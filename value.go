@@ -39,6 +39,14 @@ func formatValue(expiry time.Time, token string) string {
 	return string(b)
 }
 
+// tokenOf returns the owner token of a value of our own format, or "" when
+// the value carries none. Every value we write for one lease carries that
+// lease's token, and only our own conditional writes do.
+func tokenOf(value string) string {
+	_, token, _ := strings.Cut(value, ":")
+	return token
+}
+
 // parseExpiry reads the expiry instant out of any classic lock value. A
 // value it cannot read is H7: the caller reports ErrNotLockValue and leaves
 // the key alone.
