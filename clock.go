@@ -23,8 +23,15 @@ func (systemClock) Now() time.Time { return time.Now() }
 // concurrent use, so one ManualClock can drive several Lockers in a test:
 // crash a holder by never releasing it, then Advance past its lease.
 type ManualClock struct {
-	mu  sync.Mutex
-	now time.Time
+	mu      sync.Mutex
+	now     time.Time
+	waiters []manualWaiter
+}
+
+// manualWaiter is a channel that After fills once the clock reaches at.
+type manualWaiter struct {
+	at time.Time
+	ch chan time.Time
 }
 
 // NewManualClock returns a ManualClock that reads t until Set or Advance.
@@ -39,16 +46,60 @@ func (c *ManualClock) Now() time.Time {
 	return c.now
 }
 
-// Set moves the clock to t, forwards or backwards.
+// Set moves the clock to t, forwards or backwards, and wakes the waiters
+// whose time has come.
 func (c *ManualClock) Set(t time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.now = t
+	c.wake()
 }
 
-// Advance moves the clock forward by d (backwards if d is negative).
+// Advance moves the clock forward by d (backwards if d is negative), and
+// wakes the waiters whose time has come.
 func (c *ManualClock) Advance(d time.Duration) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.now = c.now.Add(d)
+	c.wake()
+}
+
+// After returns a channel that receives the clock's time once Set or
+// Advance has moved it d past now, like time.After on real time. The
+// Locker's background work (auto-refresh, the lost-lease watch) waits on
+// it, so a test drives that work by moving the clock.
+func (c *ManualClock) After(d time.Duration) <-chan time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ch := make(chan time.Time, 1)
+	c.waiters = append(c.waiters, manualWaiter{at: c.now.Add(d), ch: ch})
+	c.wake()
+	return ch
+}
+
+// wake fills and forgets the waiters due at the current time. c.mu is held.
+func (c *ManualClock) wake() {
+	pending := c.waiters[:0]
+	for _, w := range c.waiters {
+		if w.at.After(c.now) {
+			pending = append(pending, w)
+		} else {
+			w.ch <- c.now
+		}
+	}
+	c.waiters = pending
+}
+
+// afterClock is a Clock that can wake a goroutine after a span of its own
+// time; ManualClock is one. Other clocks run at the speed of real time.
+type afterClock interface {
+	After(d time.Duration) <-chan time.Time
+}
+
+// after waits d of the clock's time.
+func after(c Clock, d time.Duration) <-chan time.Time {
+	if a, ok := c.(afterClock); ok {
+		return a.After(d)
+	}
+	return time.After(d)
 }

@@ -36,6 +36,9 @@ func New(client redis.UniversalClient, opts ...Option) (*Locker, error) {
 			return nil, err
 		}
 	}
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
 	return &Locker{client: client, cfg: cfg}, nil
 }
 
@@ -149,7 +152,11 @@ func (l *Locker) grant(key, value string, expiry time.Time) (*Lock, error) {
 	if expired(expiry, l.cfg.clock.Now()) {
 		return nil, fmt.Errorf("%w: %q: our lease ended before the reply arrived", ErrNotAcquired, key)
 	}
-	return &Lock{locker: l, key: key, token: tokenOf(value), expiresAt: expiry}, nil
+	lock := &Lock{locker: l, key: key, token: tokenOf(value), expiresAt: expiry, done: make(chan struct{})}
+	if l.cfg.autoRefresh {
+		lock.startWatch()
+	}
+	return lock, nil
 }
 
 // safetyNet is how long Redis keeps a key whose lease ends in remaining:
@@ -243,8 +250,14 @@ type Lock struct {
 	released bool       // guarded by op
 	inDoubt  bool       // guarded by op: a Release failed in transit and may have deleted the key
 
-	mu        sync.Mutex // guards expiresAt alone, so reading it never waits on Redis
+	mu        sync.Mutex // guards expiresAt and err, so reading them never waits on Redis
 	expiresAt time.Time  // end of our lease by the Locker's clock
+	err       error      // why done was closed: nil after Release, ErrNotHeld after a loss
+
+	done      chan struct{} // closed once, by finish, when the lock is released or lost
+	finished  sync.Once
+	watching  sync.Once
+	watchDone chan struct{} // closed when the watch goroutine has returned; nil if none started
 }
 
 // Key returns the Redis key the lock is held on.
@@ -266,6 +279,12 @@ func (k *Lock) ExpiresAt() time.Time {
 // failed with a network error may be called again; calling it again after
 // it succeeded returns ErrNotHeld.
 func (k *Lock) Release(ctx context.Context) error {
+	err := k.release(ctx)
+	k.awaitWatch()
+	return err
+}
+
+func (k *Lock) release(ctx context.Context) error {
 	k.op.Lock()
 	defer k.op.Unlock()
 	if k.released {
@@ -285,13 +304,13 @@ func (k *Lock) Release(ctx context.Context) error {
 	k.released = true
 	switch {
 	case !live:
-		return fmt.Errorf("%w: the lease on %q expired at %s", ErrNotHeld, k.key, expiresAt.UTC().Format(time.RFC3339Nano))
+		return k.finish(fmt.Errorf("%w: the lease on %q expired at %s", ErrNotHeld, k.key, expiresAt.UTC().Format(time.RFC3339Nano)))
 	case !deleted && !k.inDoubt:
-		return fmt.Errorf("%w: %q no longer holds our value", ErrNotHeld, k.key)
+		return k.finish(fmt.Errorf("%w: %q no longer holds our value", ErrNotHeld, k.key))
 	}
 	// Deleted now, or by the earlier attempt whose reply was lost: while our
 	// lease is live nobody else can have removed our value.
-	return nil
+	return k.finish(nil)
 }
 
 // owns reports whether a value at our key is ours: it carries our lease's

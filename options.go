@@ -21,11 +21,13 @@ type Option func(*config) error
 
 // config is everything a Locker needs besides its client.
 type config struct {
-	ttl        time.Duration
-	clock      Clock
-	minBackoff time.Duration
-	maxBackoff time.Duration
-	grace      time.Duration // 0: the lease's own length
+	ttl         time.Duration
+	clock       Clock
+	minBackoff  time.Duration
+	maxBackoff  time.Duration
+	grace       time.Duration // 0: the lease's own length
+	refresh     time.Duration // auto-refresh interval; 0: no auto-refresh
+	autoRefresh bool
 }
 
 func defaultConfig() config {
@@ -78,6 +80,48 @@ func WithExpiryGrace(d time.Duration) Option {
 		c.grace = d
 		return nil
 	}
+}
+
+// WithAutoRefresh makes every lock the Locker hands out renew its own lease
+// in the background, every third of the TTL unless WithRefreshInterval says
+// otherwise, until it is released. A renewal that fails on the network is
+// retried; the lock counts as lost, and Done is closed, when a renewal is
+// refused because the key is no longer ours or when the lease runs out by
+// the Locker's clock without a successful renewal.
+func WithAutoRefresh() Option {
+	return func(c *config) error {
+		c.autoRefresh = true
+		return nil
+	}
+}
+
+// WithRefreshInterval turns auto-refresh on, renewing every d. It must be
+// positive and shorter than the TTL.
+func WithRefreshInterval(d time.Duration) Option {
+	return func(c *config) error {
+		if d <= 0 {
+			return fmt.Errorf("%w: refresh interval %v is not positive", ErrInvalidArgument, d)
+		}
+		c.autoRefresh, c.refresh = true, d
+		return nil
+	}
+}
+
+// refreshEvery is the auto-refresh interval: as configured, or a third of
+// the TTL.
+func (c *config) refreshEvery() time.Duration {
+	if c.refresh > 0 {
+		return c.refresh
+	}
+	return c.ttl / 3
+}
+
+// validate checks what no single option can: how options relate.
+func (c *config) validate() error {
+	if c.autoRefresh && c.refreshEvery() >= c.ttl {
+		return fmt.Errorf("%w: refresh interval %v is not shorter than the TTL %v", ErrInvalidArgument, c.refreshEvery(), c.ttl)
+	}
+	return nil
 }
 
 // MinBackoffFloor is the smallest minimum backoff WithBackoff accepts, so

@@ -30,7 +30,7 @@ func (k *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 	l := k.locker
 	now := l.cfg.clock.Now()
 	if ends := k.ExpiresAt(); expired(ends, now) {
-		return fmt.Errorf("%w: the lease on %q expired at %s", ErrNotHeld, k.key, ends.UTC().Format(time.RFC3339Nano))
+		return k.finish(fmt.Errorf("%w: the lease on %q expired at %s", ErrNotHeld, k.key, ends.UTC().Format(time.RFC3339Nano)))
 	}
 	expiry := now.Add(ttl).Truncate(time.Millisecond)
 	value := formatValue(expiry, k.token)
@@ -42,7 +42,7 @@ func (k *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 		return fmt.Errorf("setnxlock: refresh %q: %w", k.key, err)
 	}
 	if !written {
-		return fmt.Errorf("%w: %q no longer holds our value", ErrNotHeld, k.key)
+		return k.finish(fmt.Errorf("%w: %q no longer holds our value", ErrNotHeld, k.key))
 	}
 	k.mu.Lock()
 	k.expiresAt = expiry
