@@ -43,6 +43,7 @@ func (l *Locker) takeOver(ctx context.Context, key, expiredValue string) (lock *
 	expiry := l.leaseFrom(now)
 	value := formatValue(expiry, newToken())
 	getset := redis.NewStringCmd(ctx, "getset", key, value)
+	var fence *redis.IntCmd
 
 	written, err := l.compareAndWrite(ctx, key,
 		func(current string) bool { return current == expiredValue },
@@ -51,6 +52,9 @@ func (l *Locker) takeOver(ctx context.Context, key, expiredValue string) (lock *
 			// GETSET clears any TTL; put the safety net back in the same
 			// transaction (H6).
 			pipe.PExpire(ctx, key, l.safetyNet(l.cfg.ttl))
+			if l.cfg.fencing {
+				fence = pipe.Incr(ctx, FenceKey(key)) // drawn with the takeover, atomically
+			}
 		})
 	if err != nil {
 		// H5: if EXEC ran before its reply was lost, the key held the
@@ -74,7 +78,11 @@ func (l *Locker) takeOver(ctx context.Context, key, expiredValue string) (lock *
 	}
 	oldExpiry, parseErr := parseExpiry(old)
 	if !found || parseErr == nil && expired(oldExpiry, l.cfg.clock.Now()) {
-		lock, err := l.grant(key, value, expiry)
+		var token int64
+		if fence != nil {
+			token = fence.Val()
+		}
+		lock, err := l.grant(key, value, expiry, token)
 		return lock, false, err
 	}
 	if err := l.restore(ctx, key, value, old); err != nil {

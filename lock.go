@@ -83,7 +83,7 @@ func (l *Locker) tryAcquire(ctx context.Context, key string) (*Lock, time.Time, 
 		value := formatValue(expiry, newToken())
 
 		// Step 1: SETNX key <expiry>.
-		created, err := l.setnx(ctx, key, value)
+		created, token, err := l.setnxFenced(ctx, key, value)
 		if err != nil {
 			// H5: the server may have applied SETNX and only the reply was
 			// lost. Remember the value so the next attempt recognises it as
@@ -92,7 +92,7 @@ func (l *Locker) tryAcquire(ctx context.Context, key string) (*Lock, time.Time, 
 			return nil, time.Time{}, fmt.Errorf("setnxlock: SETNX %q: %w", key, err)
 		}
 		if created {
-			lock, err := l.grant(key, value, expiry)
+			lock, err := l.grant(key, value, expiry, token)
 			if err == nil {
 				l.setSafetyNet(ctx, key, expiry)
 			}
@@ -111,15 +111,25 @@ func (l *Locker) tryAcquire(ctx context.Context, key string) (*Lock, time.Time, 
 			continue // released between SETNX and GET: start over
 		}
 		now := l.cfg.clock.Now()
-		// H5: a value only we can have written: go-redis resent this
+		// H5: a value only we can have written. Either go-redis resent this
 		// attempt's SETNX after losing the reply of a first copy that was
-		// applied, so the resend answered 0.
-		if current == value {
-			lock, err := l.grant(key, value, expiry)
-			return lock, time.Time{}, err
+		// applied, so the resend answered 0, or it is a remembered write.
+		write, ours := pendingWrite{value: value, expiry: expiry}, current == value
+		if !ours {
+			write, ours = l.pending.claim(key, current, now)
 		}
-		if write, ok := l.pending.claim(key, current, now); ok {
-			lock, err := l.grant(key, write.value, write.expiry)
+		if ours {
+			if l.cfg.fencing {
+				// The lease is ours but its fencing token went with the
+				// lost reply: give the lease up and start over for a new one.
+				if _, err := l.compareAndWrite(ctx, key,
+					func(current string) bool { return current == write.value },
+					func(pipe redis.Pipeliner) { pipe.Del(ctx, key) }); err != nil {
+					return nil, time.Time{}, fmt.Errorf("setnxlock: %q: %w", key, err)
+				}
+				continue
+			}
+			lock, err := l.grant(key, write.value, write.expiry, 0)
 			return lock, time.Time{}, err
 		}
 		holderExpiry, err := parseExpiry(current)
@@ -148,11 +158,11 @@ func (l *Locker) leaseFrom(now time.Time) time.Time {
 // grant hands out the lock we just won, unless its lease already ended
 // while we waited for Redis's reply (a stall like H8's): a Lock that is over
 // before the caller sees it would only invite work outside the lease.
-func (l *Locker) grant(key, value string, expiry time.Time) (*Lock, error) {
+func (l *Locker) grant(key, value string, expiry time.Time, fencingToken int64) (*Lock, error) {
 	if expired(expiry, l.cfg.clock.Now()) {
 		return nil, fmt.Errorf("%w: %q: our lease ended before the reply arrived", ErrNotAcquired, key)
 	}
-	lock := &Lock{locker: l, key: key, token: tokenOf(value), expiresAt: expiry, done: make(chan struct{})}
+	lock := &Lock{locker: l, key: key, token: tokenOf(value), fencingToken: fencingToken, expiresAt: expiry, done: make(chan struct{})}
 	if l.cfg.autoRefresh {
 		lock.startWatch()
 	}
@@ -244,6 +254,8 @@ func retryable(err error) bool {
 type Lock struct {
 	locker *Locker
 	key    string
+
+	fencingToken int64 // 0 without WithFencing
 
 	op       sync.Mutex // serialises the calls that talk to Redis
 	token    string     // in every value we write for this lease; ownership is carrying it

@@ -28,6 +28,7 @@ type config struct {
 	grace       time.Duration // 0: the lease's own length
 	refresh     time.Duration // auto-refresh interval; 0: no auto-refresh
 	autoRefresh bool
+	fencing     bool
 }
 
 func defaultConfig() config {
@@ -122,6 +123,15 @@ func (c *config) validate() error {
 		return fmt.Errorf("%w: refresh interval %v is not shorter than the TTL %v", ErrInvalidArgument, c.refreshEvery(), c.ttl)
 	}
 	return nil
+}
+
+// WithFencing makes every acquisition also draw a fencing token (see
+// Lock.FencingToken) from a counter key beside the lock key (FenceKey).
+func WithFencing() Option {
+	return func(c *config) error {
+		c.fencing = true
+		return nil
+	}
 }
 
 // MinBackoffFloor is the smallest minimum backoff WithBackoff accepts, so
