@@ -69,8 +69,8 @@ func (l *Locker) TryAcquire(ctx context.Context, key string) (*Lock, error) {
 }
 
 // tryAcquire is one attempt of the SETNX page's algorithm. Besides the lock it
-// returns, when it is known, the expiry of the lease that refused us, which
-// lets Acquire sleep no longer than necessary.
+// returns, when it is known, the instant the lease that refused us can be
+// taken over, which lets Acquire sleep no longer than necessary.
 func (l *Locker) tryAcquire(ctx context.Context, key string) (*Lock, time.Time, error) {
 	if key == "" {
 		return nil, time.Time{}, fmt.Errorf("%w: empty key", ErrInvalidArgument)
@@ -136,8 +136,11 @@ func (l *Locker) tryAcquire(ctx context.Context, key string) (*Lock, time.Time, 
 		if err != nil {
 			return nil, time.Time{}, fmt.Errorf("setnxlock: key %q: %w", key, err) // H7: left untouched
 		}
-		if !expired(holderExpiry, now) {
-			return nil, holderExpiry, fmt.Errorf("%w: %q is held until %s", ErrNotAcquired, key, holderExpiry.UTC().Format(time.RFC3339Nano))
+		// H4: a foreign lease is over only a skew margin after the end it
+		// states, so a clock that runs ahead by less cannot end it early.
+		takeable := holderExpiry.Add(l.cfg.skewMargin)
+		if !expired(takeable, now) {
+			return nil, takeable, fmt.Errorf("%w: %q is held until %s", ErrNotAcquired, key, holderExpiry.UTC().Format(time.RFC3339Nano))
 		}
 
 		// Step 3: the holder's lease has expired: try to take it over.
@@ -195,7 +198,7 @@ func (l *Locker) setSafetyNet(ctx context.Context, key string, expiry time.Time)
 func (l *Locker) Acquire(ctx context.Context, key string) (*Lock, error) {
 	backoff := newBackoff(l.cfg.minBackoff, l.cfg.maxBackoff)
 	for {
-		lock, holderExpiry, err := l.tryAcquire(ctx, key)
+		lock, takeableAt, err := l.tryAcquire(ctx, key)
 		if err == nil {
 			return lock, nil
 		}
@@ -206,8 +209,8 @@ func (l *Locker) Acquire(ctx context.Context, key string) (*Lock, error) {
 			return nil, err
 		}
 		wait := backoff.next()
-		if !holderExpiry.IsZero() {
-			wait = capAtLease(wait, holderExpiry.Sub(l.cfg.clock.Now()), l.cfg.minBackoff)
+		if !takeableAt.IsZero() {
+			wait = capAtLease(wait, takeableAt.Sub(l.cfg.clock.Now()), l.cfg.minBackoff)
 		}
 		if err := sleep(ctx, wait); err != nil {
 			return nil, contextEnded(key, err, nil)

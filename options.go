@@ -29,6 +29,7 @@ type config struct {
 	refresh     time.Duration // auto-refresh interval; 0: no auto-refresh
 	autoRefresh bool
 	fencing     bool
+	skewMargin  time.Duration
 }
 
 func defaultConfig() config {
@@ -130,6 +131,22 @@ func (c *config) validate() error {
 func WithFencing() Option {
 	return func(c *config) error {
 		c.fencing = true
+		return nil
+	}
+}
+
+// WithSkewMargin makes the Locker count a foreign lease as expired only
+// margin after the end it states (default 0, the SETNX page's rule). The
+// safety argument then tolerates clocks of different processes disagreeing
+// by up to margin: a client whose clock runs ahead by less than that still
+// waits for the holder's lease to end by the holder's own clock (H4). Our
+// own lease is unaffected: it ends when it says.
+func WithSkewMargin(margin time.Duration) Option {
+	return func(c *config) error {
+		if margin < 0 {
+			return fmt.Errorf("%w: skew margin %v is negative", ErrInvalidArgument, margin)
+		}
+		c.skewMargin = margin
 		return nil
 	}
 }
