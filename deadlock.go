@@ -82,7 +82,7 @@ func (l *Locker) takeOver(ctx context.Context, key, expiredValue string) (lock *
 		if fence != nil {
 			token = fence.Val()
 		}
-		lock, err := l.grant(key, value, expiry, token)
+		lock, err := l.grant(key, value, expiry, token, EventRecovered)
 		return lock, false, err
 	}
 	if err := l.restore(ctx, key, value, old); err != nil {

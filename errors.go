@@ -1,6 +1,9 @@
 package setnxlock
 
-import "errors"
+import (
+	"errors"
+	"fmt"
+)
 
 // ErrNotAcquired reports that the lock could not be taken: another client
 // holds a live lease, or (from Acquire) the context ended first, in which
@@ -21,6 +24,9 @@ var ErrNotLockValue = errors.New("setnxlock: key holds a value that is not a loc
 // accepts WATCH but does not honour it. Taking over and releasing locks
 // safely needs WATCH, so the Locker stops rather than retry.
 var ErrWatchIgnored = errors.New("setnxlock: the server does not honour WATCH")
+
+// errNilObserver is WithObserver's complaint about a nil Observer.
+var errNilObserver = fmt.Errorf("%w: nil Observer", ErrInvalidArgument)
 
 // ErrInvalidArgument reports bad input to New, an Option or a method: a nil
 // client, an empty key, a TTL or backoff out of range. Nothing is written to

@@ -59,6 +59,11 @@ func (k *Lock) finish(err error) error {
 		k.err = err
 		k.mu.Unlock()
 		close(k.done)
+		e := Event{Kind: EventReleased, Key: k.key, ExpiresAt: k.ExpiresAt(), FencingToken: k.fencingToken, Err: err}
+		if err != nil {
+			e.Kind = EventLost
+		}
+		k.locker.observe(e)
 	})
 	return err
 }

@@ -92,7 +92,7 @@ func (l *Locker) tryAcquire(ctx context.Context, key string) (*Lock, time.Time, 
 			return nil, time.Time{}, fmt.Errorf("setnxlock: SETNX %q: %w", key, err)
 		}
 		if created {
-			lock, err := l.grant(key, value, expiry, token)
+			lock, err := l.grant(key, value, expiry, token, EventAcquired)
 			if err == nil {
 				l.setSafetyNet(ctx, key, expiry)
 			}
@@ -129,7 +129,7 @@ func (l *Locker) tryAcquire(ctx context.Context, key string) (*Lock, time.Time, 
 				}
 				continue
 			}
-			lock, err := l.grant(key, write.value, write.expiry, 0)
+			lock, err := l.grant(key, write.value, write.expiry, 0, EventAcquired)
 			return lock, time.Time{}, err
 		}
 		holderExpiry, err := parseExpiry(current)
@@ -140,6 +140,7 @@ func (l *Locker) tryAcquire(ctx context.Context, key string) (*Lock, time.Time, 
 		// states, so a clock that runs ahead by less cannot end it early.
 		takeable := holderExpiry.Add(l.cfg.skewMargin)
 		if !expired(takeable, now) {
+			l.observe(Event{Kind: EventContended, Key: key, ExpiresAt: takeable})
 			return nil, takeable, fmt.Errorf("%w: %q is held until %s", ErrNotAcquired, key, holderExpiry.UTC().Format(time.RFC3339Nano))
 		}
 
@@ -161,11 +162,12 @@ func (l *Locker) leaseFrom(now time.Time) time.Time {
 // grant hands out the lock we just won, unless its lease already ended
 // while we waited for Redis's reply (a stall like H8's): a Lock that is over
 // before the caller sees it would only invite work outside the lease.
-func (l *Locker) grant(key, value string, expiry time.Time, fencingToken int64) (*Lock, error) {
+func (l *Locker) grant(key, value string, expiry time.Time, fencingToken int64, kind EventKind) (*Lock, error) {
 	if expired(expiry, l.cfg.clock.Now()) {
 		return nil, fmt.Errorf("%w: %q: our lease ended before the reply arrived", ErrNotAcquired, key)
 	}
 	lock := &Lock{locker: l, key: key, token: tokenOf(value), fencingToken: fencingToken, expiresAt: expiry, done: make(chan struct{})}
+	l.observe(Event{Kind: kind, Key: key, ExpiresAt: expiry, FencingToken: fencingToken})
 	if l.cfg.autoRefresh {
 		lock.startWatch()
 	}

@@ -30,6 +30,7 @@ type config struct {
 	autoRefresh bool
 	fencing     bool
 	skewMargin  time.Duration
+	observer    Observer
 }
 
 func defaultConfig() config {

@@ -47,5 +47,6 @@ func (k *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 	k.mu.Lock()
 	k.expiresAt = expiry
 	k.mu.Unlock()
+	l.observe(Event{Kind: EventRefreshed, Key: k.key, ExpiresAt: expiry, FencingToken: k.fencingToken})
 	return nil
 }

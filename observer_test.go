@@ -1,0 +1,106 @@
+package setnxlock
+
+import (
+	"bytes"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// events records what an Observer is told.
+type events struct {
+	mu   sync.Mutex
+	seen []Event
+}
+
+func (e *events) Observe(ev Event) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.seen = append(e.seen, ev)
+}
+
+func (e *events) kinds() string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	var names []string
+	for _, ev := range e.seen {
+		names = append(names, ev.Kind.String())
+	}
+	return strings.Join(names, " ")
+}
+
+func (e *events) last() Event {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.seen[len(e.seen)-1]
+}
+
+// sameEvent compares events by instant, not by time.Location.
+func sameEvent(t *testing.T, want, got Event) {
+	t.Helper()
+	assert.True(t, want.ExpiresAt.Equal(got.ExpiresAt), "ExpiresAt: want %v, got %v", want.ExpiresAt, got.ExpiresAt)
+	want.ExpiresAt, got.ExpiresAt = time.Time{}, time.Time{}
+	assert.Equal(t, want, got)
+}
+
+func TestObserverHearsEveryEvent(t *testing.T) {
+	onEachBackend(t, func(t *testing.T, b *backend) {
+		seen := &events{}
+		observed := func() *Locker { return b.locker(t, WithObserver(seen), WithFencing()) }
+
+		first, err := observed().TryAcquire(ctx, "lock.k")
+		require.NoError(t, err)
+		sameEvent(t, Event{Kind: EventAcquired, Key: "lock.k", ExpiresAt: first.ExpiresAt(), FencingToken: first.FencingToken()}, seen.last())
+
+		_, err = observed().TryAcquire(ctx, "lock.k")
+		require.ErrorIs(t, err, ErrNotAcquired)
+		sameEvent(t, Event{Kind: EventContended, Key: "lock.k", ExpiresAt: first.ExpiresAt()}, seen.last())
+
+		b.clock.Set(first.ExpiresAt()) // first crashed
+		second, err := observed().TryAcquire(ctx, "lock.k")
+		require.NoError(t, err)
+		assert.Equal(t, EventRecovered, seen.last().Kind)
+		require.NoError(t, second.Refresh(ctx, time.Minute))
+		sameEvent(t, Event{Kind: EventRefreshed, Key: "lock.k", ExpiresAt: second.ExpiresAt(), FencingToken: second.FencingToken()}, seen.last())
+		require.NoError(t, second.Release(ctx))
+		assert.Equal(t, EventReleased, seen.last().Kind)
+		assert.NoError(t, seen.last().Err)
+
+		third, err := observed().TryAcquire(ctx, "lock.k")
+		require.NoError(t, err)
+		b.set(t, "lock.k", strconv.FormatInt(epoch.Add(time.Hour).UnixMilli(), 10))
+		require.ErrorIs(t, third.Refresh(ctx, time.Minute), ErrNotHeld)
+		assert.ErrorIs(t, seen.last().Err, ErrNotHeld)
+
+		assert.Equal(t, "acquired contended recovered refreshed released acquired lost", seen.kinds())
+	})
+}
+
+func TestSlogObserverLogsAtTheRightLevels(t *testing.T) {
+	var out bytes.Buffer
+	o := NewSlogObserver(slog.New(slog.NewTextHandler(&out, &slog.HandlerOptions{Level: slog.LevelDebug})))
+	o.Observe(Event{Kind: EventAcquired, Key: "lock.k", FencingToken: 7})
+	o.Observe(Event{Kind: EventRecovered, Key: "lock.k"})
+	o.Observe(Event{Kind: EventLost, Key: "lock.k", Err: ErrNotHeld})
+
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	require.Len(t, lines, 3)
+	assert.Contains(t, lines[0], `level=DEBUG msg="setnxlock: acquired" key=lock.k`)
+	assert.Contains(t, lines[0], "fencing_token=7")
+	assert.Contains(t, lines[1], `level=INFO msg="setnxlock: recovered"`)
+	assert.Contains(t, lines[2], `level=WARN msg="setnxlock: lost"`)
+	assert.Contains(t, lines[2], `err="setnxlock: lock not held"`)
+	assert.Equal(t, "unknown", EventKind(0).String())
+}
+
+func TestANilObserverIsRefused(t *testing.T) {
+	b := newBackend(t, "miniredis", startMiniredis(t))
+	_, err := New(b.client(t), WithObserver(nil))
+	require.ErrorIs(t, err, ErrInvalidArgument)
+}
