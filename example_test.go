@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"os"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
@@ -183,4 +185,184 @@ func ExampleNewManualClock() {
 	// Output:
 	// after 59s: setnxlock: not acquired: "lock.k" is held until 2026-01-01T00:01:00Z
 	// after 60s: <nil> - new lease until 00:02:00
+}
+
+// A long job keeps its lock alive with auto-refresh, and stops if the lock
+// is lost anyway (here: someone overwrites the key behind its back).
+func ExampleWithAutoRefresh() {
+	client, done := newClient()
+	defer done()
+	locker, _ := setnxlock.New(client, setnxlock.WithTTL(300*time.Millisecond), setnxlock.WithAutoRefresh())
+
+	lock, err := locker.Acquire(context.Background(), "lock.import")
+	if err != nil {
+		panic(err)
+	}
+	work := lock.Context(context.Background()) // cancelled when the lock is lost or released
+
+	time.Sleep(time.Second) // three leases' worth of work: the lease is renewed every 100ms
+	fmt.Println("still held after 1s:", work.Err() == nil)
+
+	client.Set(context.Background(), "lock.import", "1", 0) // an intruder
+	<-work.Done()
+	fmt.Println("lost:", errors.Is(context.Cause(work), setnxlock.ErrNotHeld))
+	// Output:
+	// still held after 1s: true
+	// lost: true
+}
+
+func ExampleLock_Refresh() {
+	client, done := newClient()
+	defer done()
+	ctx := context.Background()
+	clock := setnxlock.NewManualClock(time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC))
+	locker, _ := setnxlock.New(client, setnxlock.WithClock(clock))
+
+	lock, _ := locker.TryAcquire(ctx, "lock.k")
+	clock.Advance(8 * time.Second)
+	if err := lock.Refresh(ctx, time.Minute); err != nil {
+		fmt.Println("lost:", err)
+	}
+	fmt.Println(lock.ExpiresAt().Format(time.TimeOnly))
+	// Output: 12:01:08
+}
+
+// fencedStore is a toy protected resource: it remembers the highest fencing
+// token it has accepted and rejects writes that carry a lower one.
+type fencedStore struct {
+	highest int64
+	value   string
+}
+
+func (s *fencedStore) write(token int64, value string) error {
+	if token < s.highest {
+		return fmt.Errorf("rejected: token %d is older than %d", token, s.highest)
+	}
+	s.highest, s.value = token, value
+	return nil
+}
+
+// A holder that stalls past its lease keeps its old fencing token; the
+// resource rejects its late write because the next holder's token is higher.
+func ExampleWithFencing() {
+	client, done := newClient()
+	defer done()
+	ctx := context.Background()
+	clock := setnxlock.NewManualClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	a, _ := setnxlock.New(client, setnxlock.WithClock(clock), setnxlock.WithFencing())
+	b, _ := setnxlock.New(client, setnxlock.WithClock(clock), setnxlock.WithFencing())
+	store := &fencedStore{}
+
+	slow, _ := a.TryAcquire(ctx, "lock.invoice-42")
+	clock.Advance(time.Minute) // a stalls (GC, swap) past its 10s lease...
+	fast, _ := b.TryAcquire(ctx, "lock.invoice-42")
+	fmt.Println("b writes:", store.write(fast.FencingToken(), "paid by b"))
+	fmt.Println("a writes:", store.write(slow.FencingToken(), "paid by a"))
+	fmt.Println("store:", store.value)
+	// Output:
+	// b writes: <nil>
+	// a writes: rejected: token 1 is older than 3
+	// store: paid by b
+}
+
+func ExampleFenceKey() {
+	fmt.Println(setnxlock.FenceKey("lock.report"))
+	fmt.Println(setnxlock.FenceKey("{user42}.lock"))
+	// Output:
+	// {lock.report}.fence
+	// {user42}.lock.fence
+}
+
+// Lockers on machines whose clocks disagree can all read the server's
+// clock instead (H4).
+func ExampleNewServerClock() {
+	client, done := newClient()
+	defer done()
+	ctx := context.Background()
+	clock, err := setnxlock.NewServerClock(ctx, client, 30*time.Second)
+	if err != nil {
+		panic(err)
+	}
+	defer clock.Close()
+	locker, _ := setnxlock.New(client, setnxlock.WithClock(clock), setnxlock.WithSkewMargin(50*time.Millisecond))
+
+	lock, _ := locker.TryAcquire(ctx, "lock.k")
+	fmt.Println(lock.Release(ctx), clock.Uncertainty() < time.Second)
+	// Output: <nil> true
+}
+
+func ExampleWithSkewMargin() {
+	client, done := newClient()
+	defer done()
+	ctx := context.Background()
+	clock := setnxlock.NewManualClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	crashed, _ := setnxlock.New(client, setnxlock.WithClock(clock))
+	careful, _ := setnxlock.New(client, setnxlock.WithClock(clock), setnxlock.WithSkewMargin(time.Second))
+
+	_, _ = crashed.TryAcquire(ctx, "lock.k")
+	clock.Advance(10 * time.Second) // the lease says it has ended...
+	_, err := careful.TryAcquire(ctx, "lock.k")
+	fmt.Println(errors.Is(err, setnxlock.ErrNotAcquired)) // ...but clocks may differ by up to 1s
+	clock.Advance(time.Second)
+	_, err = careful.TryAcquire(ctx, "lock.k")
+	fmt.Println(err)
+	// Output:
+	// true
+	// <nil>
+}
+
+func ExampleWithExpiryGrace() {
+	client, done := newClient()
+	defer done()
+	ctx := context.Background()
+	locker, _ := setnxlock.New(client, setnxlock.WithTTL(10*time.Second), setnxlock.WithExpiryGrace(5*time.Second))
+
+	_, _ = locker.TryAcquire(ctx, "lock.k") // and crash: nobody ever takes it over
+	fmt.Println(client.PTTL(ctx, "lock.k").Val().Round(time.Second))
+	// Output: 15s
+}
+
+func ExampleNewSlogObserver() {
+	client, done := newClient()
+	defer done()
+	ctx := context.Background()
+	logger := slog.New(slog.NewTextHandler(os.Stdout, &slog.HandlerOptions{
+		Level:       slog.LevelDebug,
+		ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr { return dropTimes(a) },
+	}))
+	locker, _ := setnxlock.New(client, setnxlock.WithObserver(setnxlock.NewSlogObserver(logger)))
+
+	lock, _ := locker.TryAcquire(ctx, "lock.k")
+	_ = lock.Release(ctx)
+	// Output:
+	// level=DEBUG msg="setnxlock: acquired" key=lock.k
+	// level=DEBUG msg="setnxlock: released" key=lock.k
+}
+
+// dropTimes keeps the example's output stable.
+func dropTimes(a slog.Attr) slog.Attr {
+	if a.Key == slog.TimeKey || a.Key == "expires_at" {
+		return slog.Attr{}
+	}
+	return a
+}
+
+func ExampleObserverFunc() {
+	client, done := newClient()
+	defer done()
+	ctx := context.Background()
+	contended := 0
+	count := setnxlock.ObserverFunc(func(e setnxlock.Event) {
+		if e.Kind == setnxlock.EventContended {
+			contended++
+		}
+	})
+	a, _ := setnxlock.New(client)
+	b, _ := setnxlock.New(client, setnxlock.WithObserver(count))
+
+	_, _ = a.TryAcquire(ctx, "lock.k")
+	_, _ = b.TryAcquire(ctx, "lock.k")
+	_, _ = b.TryAcquire(ctx, "lock.k")
+	fmt.Println("contended:", contended)
+	// Output: contended: 2
 }
