@@ -304,11 +304,8 @@ func (k *Lock) Release(ctx context.Context) error {
 func (k *Lock) release(ctx context.Context) error {
 	k.op.Lock()
 	defer k.op.Unlock()
-	if k.released {
-		return fmt.Errorf("%w: %q was already released", ErrNotHeld, k.key)
-	}
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("setnxlock: release %q: %w", k.key, err)
+	if err := k.usable(ctx, "release"); err != nil {
+		return err
 	}
 	expiresAt := k.ExpiresAt()
 	live := !expired(expiresAt, k.locker.cfg.clock.Now())
@@ -328,6 +325,18 @@ func (k *Lock) release(ctx context.Context) error {
 	// Deleted now, or by the earlier attempt whose reply was lost: while our
 	// lease is live nobody else can have removed our value.
 	return k.finish(nil)
+}
+
+// usable refuses, before any round trip, a call on a released lock or with
+// a context that has already ended. k.op is held.
+func (k *Lock) usable(ctx context.Context, verb string) error {
+	if k.released {
+		return fmt.Errorf("%w: %q was already released", ErrNotHeld, k.key)
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("setnxlock: %s %q: %w", verb, k.key, err)
+	}
+	return nil
 }
 
 // owns reports whether a value at our key is ours: it carries our lease's

@@ -21,11 +21,8 @@ func (k *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 	}
 	k.op.Lock()
 	defer k.op.Unlock()
-	if k.released {
-		return fmt.Errorf("%w: %q was already released", ErrNotHeld, k.key)
-	}
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("setnxlock: refresh %q: %w", k.key, err)
+	if err := k.usable(ctx, "refresh"); err != nil {
+		return err
 	}
 	l := k.locker
 	now := l.cfg.clock.Now()
