@@ -71,8 +71,21 @@ func (c *ManualClock) Advance(d time.Duration) {
 func (c *ManualClock) After(d time.Duration) <-chan time.Time {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	return c.afterLocked(c.now.Add(d))
+}
+
+// waitUntil returns a channel filled once the clock reaches instant, which
+// unlike After cannot drift when the clock moves between reading Now and
+// asking to wait.
+func (c *ManualClock) waitUntil(instant time.Time) <-chan time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.afterLocked(instant)
+}
+
+func (c *ManualClock) afterLocked(instant time.Time) <-chan time.Time {
 	ch := make(chan time.Time, 1)
-	c.waiters = append(c.waiters, manualWaiter{at: c.now.Add(d), ch: ch})
+	c.waiters = append(c.waiters, manualWaiter{at: instant, ch: ch})
 	c.wake()
 	return ch
 }
@@ -90,16 +103,16 @@ func (c *ManualClock) wake() {
 	c.waiters = pending
 }
 
-// afterClock is a Clock that can wake a goroutine after a span of its own
-// time; ManualClock is one. Other clocks run at the speed of real time.
-type afterClock interface {
-	After(d time.Duration) <-chan time.Time
+// instantClock is a Clock that can wake a goroutine at an instant of its
+// own time; ManualClock is one. Other clocks run at the speed of real time.
+type instantClock interface {
+	waitUntil(instant time.Time) <-chan time.Time
 }
 
-// after waits d of the clock's time.
-func after(c Clock, d time.Duration) <-chan time.Time {
-	if a, ok := c.(afterClock); ok {
-		return a.After(d)
+// at fills the returned channel once the clock reaches instant.
+func at(c Clock, instant time.Time) <-chan time.Time {
+	if w, ok := c.(instantClock); ok {
+		return w.waitUntil(instant)
 	}
-	return time.After(d)
+	return time.After(instant.Sub(c.Now()))
 }

@@ -82,9 +82,9 @@ func (k *Lock) startWatch() {
 	})
 }
 
-// awaitWatch waits for the watch goroutine to return once the lock is over,
-// so that no goroutine outlives its lock.
-func (k *Lock) awaitWatch() {
+// awaitWatch waits, at most until ctx ends, for the watch goroutine to
+// return once the lock is over, so that no goroutine outlives its lock.
+func (k *Lock) awaitWatch(ctx context.Context) {
 	select {
 	case <-k.done:
 	default:
@@ -94,38 +94,83 @@ func (k *Lock) awaitWatch() {
 	started := k.watchDone
 	k.mu.Unlock()
 	if started != nil {
-		<-started
+		select {
+		case <-started:
+		case <-ctx.Done():
+		}
 	}
 }
 
 // watch runs until the lock is over. With auto-refresh it renews the lease
 // every interval, and a quarter interval after a renewal that failed on the
-// network; otherwise it only waits for the lease to run out. It never waits
-// past the end of the lease, where the lock is lost.
+// network, until Release is called; otherwise it only waits for the lease
+// to run out. It never sleeps past the end of the lease, and Refresh wakes
+// it when it moves that end.
+//
+// Every instant it wakes at is computed from the lease itself (when it
+// began, when it ends, when a renewal failed), never from when the
+// goroutine happens to run, so a renewal is neither late nor early however
+// the goroutine is scheduled against moves of the clock.
 func (k *Lock) watch() {
 	l := k.locker
 	interval := l.cfg.refreshEvery()
+	var retryAt time.Time // after a renewal failed on the network
 	for {
-		wait := k.ExpiresAt().Sub(l.cfg.clock.Now())
-		if l.cfg.autoRefresh {
-			wait = min(interval, wait)
+		k.mu.Lock()
+		wakeAt, renewedAt := k.expiresAt, k.renewedAt
+		k.mu.Unlock()
+		renewing := l.cfg.autoRefresh && !k.releasing.Load()
+		if renewing {
+			next := renewedAt.Add(interval)
+			if !retryAt.IsZero() {
+				next = retryAt
+			}
+			wakeAt = earliest(wakeAt, next)
 		}
 		select {
 		case <-k.done:
 			return
-		case <-after(l.cfg.clock, wait):
+		case <-k.moved:
+			continue
+		case <-at(l.cfg.clock, wakeAt):
 		}
-		if ends := k.ExpiresAt(); expired(ends, l.cfg.clock.Now()) {
-			k.finish(fmt.Errorf("%w: the lease on %q ran out at %s", ErrNotHeld, k.key, ends.UTC().Format(time.RFC3339Nano)))
+		if k.endIfRunOut() {
 			return
 		}
-		if l.cfg.autoRefresh {
-			interval = l.cfg.refreshEvery()
+		if renewing && !k.releasing.Load() { // Release may have come while we slept
+			retryAt = time.Time{}
 			if err := k.renew(); err != nil {
-				interval /= 4 // a refusal has ended the lock; anything else is retried soon
+				// A refusal has ended the lock; anything else is retried soon.
+				retryAt = wakeAt.Add(interval / 4)
 			}
 		}
 	}
+}
+
+// endIfRunOut ends the lock as lost if its lease is over. It takes the op
+// slot, so it never declares a loss while a Refresh is in flight that may
+// yet move the lease.
+func (k *Lock) endIfRunOut() bool {
+	_ = k.lockOp(context.Background(), "watch")
+	defer k.unlockOp()
+	select {
+	case <-k.done:
+		return true
+	default:
+	}
+	ends := k.ExpiresAt()
+	if !expired(ends, k.locker.cfg.clock.Now()) {
+		return false
+	}
+	k.finish(fmt.Errorf("%w: the lease on %q ran out at %s", ErrNotHeld, k.key, ends.UTC().Format(time.RFC3339Nano)))
+	return true
+}
+
+func earliest(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
 }
 
 // renew refreshes the lease by the Locker's TTL, giving the round trip no

@@ -7,6 +7,7 @@ import (
 	"reflect"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -92,10 +93,10 @@ func (l *Locker) tryAcquire(ctx context.Context, key string) (*Lock, time.Time, 
 			return nil, time.Time{}, fmt.Errorf("setnxlock: SETNX %q: %w", key, err)
 		}
 		if created {
-			lock, err := l.grant(key, value, expiry, token, EventAcquired)
-			if err == nil {
-				l.setSafetyNet(ctx, key, expiry)
+			if !expired(expiry, l.cfg.clock.Now()) {
+				l.setSafetyNet(ctx, key)
 			}
+			lock, err := l.grant(key, value, expiry, token, EventAcquired)
 			return lock, time.Time{}, err
 		}
 
@@ -129,6 +130,7 @@ func (l *Locker) tryAcquire(ctx context.Context, key string) (*Lock, time.Time, 
 				}
 				continue
 			}
+			l.setSafetyNet(ctx, key) // H6: the write whose reply was lost may not have got its net
 			lock, err := l.grant(key, write.value, write.expiry, 0, EventAcquired)
 			return lock, time.Time{}, err
 		}
@@ -166,7 +168,10 @@ func (l *Locker) grant(key, value string, expiry time.Time, fencingToken int64, 
 	if expired(expiry, l.cfg.clock.Now()) {
 		return nil, fmt.Errorf("%w: %q: our lease ended before the reply arrived", ErrNotAcquired, key)
 	}
-	lock := &Lock{locker: l, key: key, token: tokenOf(value), fencingToken: fencingToken, expiresAt: expiry, done: make(chan struct{})}
+	lock := &Lock{
+		locker: l, key: key, token: tokenOf(value), fencingToken: fencingToken, expiresAt: expiry, renewedAt: expiry.Add(-l.cfg.ttl),
+		op: make(chan struct{}, 1), done: make(chan struct{}), moved: make(chan struct{}, 1),
+	}
 	l.observe(Event{Kind: kind, Key: key, ExpiresAt: expiry, FencingToken: fencingToken})
 	if l.cfg.autoRefresh {
 		lock.startWatch()
@@ -185,11 +190,15 @@ func (l *Locker) safetyNet(remaining time.Duration) time.Duration {
 
 // setSafetyNet gives a key we just created with SETNX its Redis expiry
 // (H6). SETNX cannot carry one, and sending PEXPIRE blindly alongside it
-// would touch someone else's key when SETNX fails, so it follows the win.
-// It is best effort: if it fails, the key behaves like a classic lock until
-// a refresh or a takeover sets the net again.
-func (l *Locker) setSafetyNet(ctx context.Context, key string, expiry time.Time) {
-	_ = l.client.PExpire(ctx, key, l.safetyNet(expiry.Sub(l.cfg.clock.Now()))).Err()
+// would touch someone else's key when SETNX fails, so it follows the win,
+// at once, before anything that may stall. The PEXPIRE itself is not
+// conditional, so its length is the whole lease plus the grace, counted
+// from the moment it is sent: even sent late, after a stall past our lease,
+// onto a successor's key, it cannot end before a lease of up to TTL + grace
+// that the successor began earlier. It is best effort: if it fails, the key
+// behaves like a classic lock until a refresh or a takeover sets the net.
+func (l *Locker) setSafetyNet(ctx context.Context, key string) {
+	_ = l.client.PExpire(ctx, key, l.safetyNet(l.cfg.ttl)).Err()
 }
 
 // Acquire takes the lock on key, waiting while another client holds it. It
@@ -262,16 +271,19 @@ type Lock struct {
 
 	fencingToken int64 // 0 without WithFencing
 
-	op       sync.Mutex // serialises the calls that talk to Redis
-	token    string     // in every value we write for this lease; ownership is carrying it
-	released bool       // guarded by op
-	inDoubt  bool       // guarded by op: a Release failed in transit and may have deleted the key
+	op        chan struct{} // a one-slot semaphore serialising the calls that talk to Redis; waiting on it honours ctx
+	releasing atomic.Bool   // Release was called: stop renewing, whatever its outcome
+	token     string        // in every value we write for this lease; ownership is carrying it
+	released  bool          // guarded by op
+	inDoubt   bool          // guarded by op: a Release failed in transit and may have deleted the key
 
 	mu        sync.Mutex // guards expiresAt and err, so reading them never waits on Redis
 	expiresAt time.Time  // end of our lease by the Locker's clock
+	renewedAt time.Time  // when the current lease began: auto-refresh counts its interval from here
 	err       error      // why done was closed: nil after Release, ErrNotHeld after a loss
 
 	done      chan struct{} // closed once, by finish, when the lock is released or lost
+	moved     chan struct{} // nudges the watch when Refresh moves the end of the lease
 	finished  sync.Once
 	watching  sync.Once
 	watchDone chan struct{} // closed when the watch goroutine has returned; nil if none started
@@ -296,14 +308,17 @@ func (k *Lock) ExpiresAt() time.Time {
 // failed with a network error may be called again; calling it again after
 // it succeeded returns ErrNotHeld.
 func (k *Lock) Release(ctx context.Context) error {
+	k.releasing.Store(true) // no more renewals, even if this call fails
 	err := k.release(ctx)
-	k.awaitWatch()
+	k.awaitWatch(ctx)
 	return err
 }
 
 func (k *Lock) release(ctx context.Context) error {
-	k.op.Lock()
-	defer k.op.Unlock()
+	if err := k.lockOp(ctx, "release"); err != nil {
+		return err
+	}
+	defer k.unlockOp()
 	if err := k.usable(ctx, "release"); err != nil {
 		return err
 	}
@@ -327,8 +342,20 @@ func (k *Lock) release(ctx context.Context) error {
 	return k.finish(nil)
 }
 
+// lockOp waits for the lock's turn to talk to Redis, or for ctx to end.
+func (k *Lock) lockOp(ctx context.Context, verb string) error {
+	select {
+	case k.op <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("setnxlock: %s %q: %w", verb, k.key, ctx.Err())
+	}
+}
+
+func (k *Lock) unlockOp() { <-k.op }
+
 // usable refuses, before any round trip, a call on a released lock or with
-// a context that has already ended. k.op is held.
+// a context that has already ended. The caller holds the op slot.
 func (k *Lock) usable(ctx context.Context, verb string) error {
 	if k.released {
 		return fmt.Errorf("%w: %q was already released", ErrNotHeld, k.key)

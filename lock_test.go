@@ -137,10 +137,12 @@ func TestLostSetnxReplyIsRecognisedOnTheNextAttempt(t *testing.T) {
 		written := b.value(t, "lock.k")
 
 		b.clock.Advance(time.Second)
+		require.Equal(t, time.Duration(-1), b.raw.PTTL(ctx, "lock.k").Val(), "no safety net yet: its PEXPIRE never went out")
 		lock, err := l.TryAcquire(ctx, "lock.k")
 		require.NoError(t, err, "our own SETNX must be recognised")
 		assert.Equal(t, epoch.Add(10*time.Second), lock.ExpiresAt(), "the lease is the one we wrote")
 		assert.Equal(t, written, b.value(t, "lock.k"))
+		assert.Greater(t, b.raw.PTTL(ctx, "lock.k").Val(), time.Duration(0), "the recognised lease gets its safety net (H6)")
 		require.NoError(t, lock.Release(ctx))
 		assert.Equal(t, "<missing>", b.value(t, "lock.k"))
 	})

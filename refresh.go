@@ -13,16 +13,23 @@ import (
 // error matching ErrNotHeld and writes nothing (H3). The value is replaced
 // and the server-side safety net reset (H6) in one watched transaction. On a
 // network error the lease may or may not have moved: ExpiresAt keeps the
-// earlier end, which is the safe one to believe, and Refresh may be called
-// again.
+// earlier of the old and the new end, the safe one to believe, and Refresh
+// may be called again.
 func (k *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 	if ttl < time.Millisecond {
 		return fmt.Errorf("%w: TTL %v is below 1ms", ErrInvalidArgument, ttl)
 	}
-	k.op.Lock()
-	defer k.op.Unlock()
+	if err := k.lockOp(ctx, "refresh"); err != nil {
+		return err
+	}
+	defer k.unlockOp()
 	if err := k.usable(ctx, "refresh"); err != nil {
 		return err
+	}
+	select {
+	case <-k.done: // once lost, always lost: Done and Err have said so
+		return k.Err()
+	default:
 	}
 	l := k.locker
 	now := l.cfg.clock.Now()
@@ -36,14 +43,34 @@ func (k *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 		pipe.PExpire(ctx, k.key, l.safetyNet(ttl))
 	})
 	if err != nil {
+		// The new end may or may not be stored: believe the earlier one.
+		if expiry.Before(k.ExpiresAt()) {
+			k.moveLease(k.renewedAtTime(), expiry)
+		}
 		return fmt.Errorf("setnxlock: refresh %q: %w", k.key, err)
 	}
 	if !written {
 		return k.finish(fmt.Errorf("%w: %q no longer holds our value", ErrNotHeld, k.key))
 	}
-	k.mu.Lock()
-	k.expiresAt = expiry
-	k.mu.Unlock()
+	k.moveLease(now, expiry)
 	l.observe(Event{Kind: EventRefreshed, Key: k.key, ExpiresAt: expiry, FencingToken: k.fencingToken})
 	return nil
+}
+
+// moveLease records a lease that began at start and ends at end, and wakes
+// the watch, which may be sleeping until the old end.
+func (k *Lock) moveLease(start, end time.Time) {
+	k.mu.Lock()
+	k.renewedAt, k.expiresAt = start, end
+	k.mu.Unlock()
+	select {
+	case k.moved <- struct{}{}:
+	default: // a nudge is already pending
+	}
+}
+
+func (k *Lock) renewedAtTime() time.Time {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.renewedAt
 }

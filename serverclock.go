@@ -14,17 +14,20 @@ import (
 // ServerClock on the same server agree on the time to within the sum of
 // their Uncertainty, plus the drift of their local clocks between
 // refreshes, however far apart their own clocks are. Now is a local read;
-// the offset to the server is measured when the clock is made and again
-// every refresh interval in the background until Close.
+// the server's time is sampled when the clock is made and again every
+// refresh interval in the background until Close. On Redis Cluster, TIME
+// goes to whichever node the client picks; give the clock a client of the
+// node that holds the lock keys, or one whose nodes' clocks agree.
 type ServerClock struct {
 	client redis.UniversalClient
 
 	mu          sync.Mutex
-	offset      time.Duration // server time minus local time
+	serverAt    time.Time     // the server's time at the best sample
+	localAt     time.Time     // the local time then, with its monotonic reading
 	uncertainty time.Duration // half the round trip of the sample the offset came from
 
-	stop chan struct{}
-	done chan struct{}
+	stop    context.CancelFunc // ends the background refresh, and a measurement in flight
+	stopped context.Context
 }
 
 // serverClockSamples is how many TIME round trips one measurement makes;
@@ -41,27 +44,30 @@ func NewServerClock(ctx context.Context, client redis.UniversalClient, refresh t
 	if refresh <= 0 {
 		return nil, fmt.Errorf("%w: refresh interval %v is not positive", ErrInvalidArgument, refresh)
 	}
-	c := &ServerClock{client: client, stop: make(chan struct{}), done: make(chan struct{})}
+	c := &ServerClock{client: client}
 	if err := c.measure(ctx); err != nil {
 		return nil, err
 	}
+	c.stopped, c.stop = context.WithCancel(context.Background())
 	go c.refreshEvery(refresh)
 	return c, nil
 }
 
-// Now returns the local time corrected by the last measured offset.
+// Now returns the server's time at the last measurement plus the time
+// elapsed since on the local monotonic clock, so a step of the local wall
+// clock (NTP, a VM resumed) between measurements does not move it.
 func (c *ServerClock) Now() time.Time {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return time.Now().Add(c.offset)
+	return c.serverAt.Add(time.Since(c.localAt))
 }
 
-// Offset returns how far the server's clock is ahead of the local one
-// (negative when behind), as last measured.
+// Offset returns how far the server's clock was ahead of the local wall
+// clock (negative when behind) at the last measurement.
 func (c *ServerClock) Offset() time.Duration {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.offset
+	return c.serverAt.Sub(c.localAt.Round(0))
 }
 
 // Uncertainty bounds the error of Offset: half the round trip of the TIME
@@ -72,27 +78,25 @@ func (c *ServerClock) Uncertainty() time.Duration {
 	return c.uncertainty
 }
 
-// Close stops the background refresh. Now keeps working on the last offset.
+// Close stops the background refresh and returns at once: a measurement in
+// flight is cancelled, and its goroutine ends when that round trip does
+// (go-redis aborts a blocked read on cancellation only with
+// ContextTimeoutEnabled). Now keeps working on the last offset. Close is
+// safe to call more than once, concurrently.
 func (c *ServerClock) Close() error {
-	select {
-	case <-c.stop:
-	default:
-		close(c.stop)
-	}
-	<-c.done
+	c.stop()
 	return nil
 }
 
 func (c *ServerClock) refreshEvery(interval time.Duration) {
-	defer close(c.done)
 	ticker := time.NewTicker(interval)
 	defer ticker.Stop()
 	for {
 		select {
-		case <-c.stop:
+		case <-c.stopped.Done():
 			return
 		case <-ticker.C:
-			ctx, cancel := context.WithTimeout(context.Background(), interval)
+			ctx, cancel := context.WithTimeout(c.stopped, interval)
 			_ = c.measure(ctx) // on failure the last offset stands
 			cancel()
 		}
@@ -104,7 +108,7 @@ func (c *ServerClock) refreshEvery(interval time.Duration) {
 // through it.
 func (c *ServerClock) measure(ctx context.Context) error {
 	best := time.Duration(-1)
-	var offset time.Duration
+	var serverAt, localAt time.Time
 	for range serverClockSamples {
 		sent := time.Now()
 		server, err := c.client.Time(ctx).Result()
@@ -115,11 +119,11 @@ func (c *ServerClock) measure(ctx context.Context) error {
 		roundTrip := received.Sub(sent)
 		if best < 0 || roundTrip < best {
 			best = roundTrip
-			offset = server.Sub(sent.Add(roundTrip / 2))
+			serverAt, localAt = server, sent.Add(roundTrip/2)
 		}
 	}
 	c.mu.Lock()
-	c.offset, c.uncertainty = offset, best/2
+	c.serverAt, c.localAt, c.uncertainty = serverAt, localAt, best/2
 	c.mu.Unlock()
 	return nil
 }
