@@ -67,7 +67,7 @@ func (c *ManualClock) Advance(d time.Duration) {
 // After returns a channel that receives the clock's time once Set or
 // Advance has moved it d past now, like time.After on real time. The
 // Locker's background work (auto-refresh, the lost-lease watch) waits on
-// it, so a test drives that work by moving the clock.
+// the clock the same way, so a test drives that work by moving the clock.
 func (c *ManualClock) After(d time.Duration) <-chan time.Time {
 	c.mu.Lock()
 	defer c.mu.Unlock()
