@@ -40,3 +40,19 @@ func TestSystemClockFollowsTheWallClock(t *testing.T) {
 	assert.False(t, now.Before(before))
 	assert.False(t, now.After(time.Now()))
 }
+
+func TestManualClockAfterFiresOnlyWhenTheClockGetsThere(t *testing.T) {
+	c := NewManualClock(epoch)
+	fired := c.After(time.Second)
+	c.Advance(999 * time.Millisecond)
+	select {
+	case <-fired:
+		t.Fatal("fired early")
+	default:
+	}
+	c.Advance(time.Millisecond)
+	assert.Equal(t, epoch.Add(time.Second), <-fired)
+	assert.Equal(t, epoch.Add(time.Second), <-c.After(0), "a wait of zero fires at once")
+	at := c.waitUntil(epoch) // an instant already passed
+	assert.Equal(t, epoch.Add(time.Second), <-at)
+}
