@@ -160,15 +160,19 @@ func TestReleaseEndsTheContextWithoutALoss(t *testing.T) {
 }
 
 // Renewals that fail on the network are retried; one that gets through in
-// time keeps the lock.
+// time keeps the lock. The test waits for each attempt before it moves the
+// clock again: a goroutine scheduled late must not turn the second failing
+// retry into a success (that is how this test flaked under CI load).
 func TestAFailedRenewalIsRetried(t *testing.T) {
 	onEachBackend(t, func(t *testing.T, b *backend) {
 		defer noLockGoroutineLeft(t)
 		client := b.client(t)
 		var failing atomic.Bool
+		var attempts atomic.Int32
 		failing.Store(true)
 		hookCommand(client, "exec", func(send func() error) error {
 			if failing.Load() {
+				attempts.Add(1)
 				return errLostReply{} // never reaches the server
 			}
 			return send()
@@ -176,14 +180,16 @@ func TestAFailedRenewalIsRetried(t *testing.T) {
 		lock, err := b.lockerOn(t, client, WithTTL(8*time.Second), WithRefreshInterval(4*time.Second)).TryAcquire(ctx, "lock.k")
 		require.NoError(t, err)
 
-		b.clock.Advance(4 * time.Second) // renewal fails
-		b.clock.Advance(time.Second)     // retried a quarter interval later: fails again
-		time.Sleep(10 * time.Millisecond)
+		b.clock.Advance(4 * time.Second)
+		eventually(t, "the renewal is attempted", func() bool { return attempts.Load() == 1 })
+		b.clock.Advance(time.Second)
+		eventually(t, "retried a quarter interval later", func() bool { return attempts.Load() == 2 })
 		require.False(t, closed(lock.Done()))
 		failing.Store(false)
 		b.clock.Advance(time.Second) // the next retry gets through
 		want := b.clock.Now().Add(8 * time.Second)
 		eventually(t, "renewed after the failures", func() bool { return lock.ExpiresAt().Equal(want) })
+		require.EqualValues(t, 2, attempts.Load())
 		require.NoError(t, lock.Release(ctx))
 	})
 }
@@ -194,15 +200,21 @@ func TestTheLeaseRunsOutWhenRenewalsKeepFailing(t *testing.T) {
 	onEachBackend(t, func(t *testing.T, b *backend) {
 		defer noLockGoroutineLeft(t)
 		client := b.client(t)
-		hookCommand(client, "exec", func(func() error) error { return errors.New("network down") })
+		var attempts atomic.Int32
+		hookCommand(client, "exec", func(func() error) error {
+			attempts.Add(1)
+			return errors.New("network down")
+		})
 		lock, err := b.lockerOn(t, client, WithTTL(8*time.Second), WithRefreshInterval(4*time.Second)).TryAcquire(ctx, "lock.k")
 		require.NoError(t, err)
 
-		for range 7 { // 4s, then every 1s: up to 1ms before the end
-			b.clock.Advance(time.Second)
-			time.Sleep(5 * time.Millisecond)
+		ends := lock.ExpiresAt()
+		// The renewal at 4s, then a retry every quarter interval.
+		for i, left := range []time.Duration{4 * time.Second, 3 * time.Second, 2 * time.Second, time.Second} {
+			b.clock.Set(ends.Add(-left))
+			eventually(t, "renewal attempt "+strconv.Itoa(i+1), func() bool { return int(attempts.Load()) == i+1 })
 		}
-		b.clock.Advance(time.Second - time.Millisecond)
+		b.clock.Set(ends.Add(-time.Millisecond))
 		time.Sleep(10 * time.Millisecond)
 		require.False(t, closed(lock.Done()), "lost before the lease ran out")
 		b.clock.Advance(time.Millisecond)
