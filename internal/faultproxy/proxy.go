@@ -1,46 +1,73 @@
 // Package faultproxy is a loopback TCP proxy between Redis clients and a
 // Redis server that injects network faults below the client library: a
 // command reaches the server and is applied, but its reply never comes
-// back. Unlike a go-redis hook it is invisible to go-redis, so the client's
-// own timeouts, reconnects and retries run exactly as in production.
+// back; a request is delayed; a connection is cut. Unlike a go-redis hook it
+// is invisible to go-redis, so the client's own timeouts, reconnects and
+// retries run exactly as in production.
+//
+// Faults are chosen two ways: by a rule a test sets (LoseReplies), to hit
+// one exact command, or at random (Faults), for fault-injection runs. The
+// random draws come from one generator per connection, seeded from the
+// run's seed and the connection's number, so a run's fault schedule follows
+// from its seed.
 package faultproxy
 
 import (
 	"bufio"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
-// Proxy forwards every connection to the target server. It stops when the
-// test ends.
+// Proxy forwards every connection to the target server. Start stops it when
+// the test ends; New leaves that to Close.
 type Proxy struct {
 	listener net.Listener
 	target   string
 	wg       sync.WaitGroup
 
-	mu    sync.Mutex
-	seen  map[string]int // requests forwarded, by lower-case command name
-	lose  func(command string, nth int) bool
-	conns []net.Conn
+	mu     sync.Mutex
+	seen   map[string]int // requests forwarded, by lower-case command name
+	lose   func(command string, nth int) bool
+	faults Faults
+	stats  Stats
+	nconn  uint64                // connections accepted so far, numbering each one's fault draws
+	conns  map[net.Conn]struct{} // open connections on both sides, closed by Close
 }
 
-// Start listens on a free loopback port and forwards to target.
+// Start listens on a free loopback port and forwards to target, injecting
+// no fault until LoseReplies or SetFaults says so. It stops when the test
+// ends.
 func Start(tb testing.TB, target string) *Proxy {
 	tb.Helper()
-	listener, err := net.Listen("tcp", "127.0.0.1:0")
+	p, err := New(target, Faults{})
 	if err != nil {
 		tb.Fatalf("faultproxy: %v", err)
 	}
-	p := &Proxy{listener: listener, target: target, seen: map[string]int{}}
+	tb.Cleanup(p.Close)
+	return p
+}
+
+// New listens on a free loopback port and forwards to target with the
+// given random faults, for programs that are not tests. Close stops it.
+func New(target string, faults Faults) (*Proxy, error) {
+	if err := faults.validate(); err != nil {
+		return nil, err
+	}
+	listener, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, fmt.Errorf("faultproxy: %w", err)
+	}
+	p := &Proxy{listener: listener, target: target, seen: map[string]int{}, faults: faults, conns: map[net.Conn]struct{}{}}
 	p.wg.Add(1)
 	go p.accept()
-	tb.Cleanup(p.close)
-	return p
+	return p, nil
 }
 
 // Addr returns the address clients should dial.
@@ -64,10 +91,12 @@ func (p *Proxy) Count(command string) int {
 	return p.seen[strings.ToLower(command)]
 }
 
-func (p *Proxy) close() {
+// Close stops accepting, cuts every open connection and waits for the
+// proxy's goroutines to end.
+func (p *Proxy) Close() {
 	_ = p.listener.Close()
 	p.mu.Lock()
-	for _, c := range p.conns {
+	for c := range p.conns {
 		_ = c.Close()
 	}
 	p.mu.Unlock()
@@ -83,32 +112,62 @@ func (p *Proxy) accept() {
 		}
 		server, err := net.Dial("tcp", p.target)
 		if err != nil {
-			_ = client.Close()
+			_ = client.Close() // the server is down (restarting): the client sees the connection end
 			continue
 		}
 		p.mu.Lock()
-		p.conns = append(p.conns, client, server)
+		p.conns[client], p.conns[server] = struct{}{}, struct{}{}
+		p.nconn++
+		rng := rand.New(rand.NewPCG(p.faults.Seed, p.nconn))
 		p.mu.Unlock()
-		var blackholed sync.Once
+		var blackholed, cut sync.Once
 		swallow := make(chan struct{})
+		c := &conn{
+			client: client, server: server, rng: rng,
+			blackhole: func() { blackholed.Do(func() { close(swallow) }) },
+			cut: func() {
+				cut.Do(func() {
+					_ = client.Close()
+					_ = server.Close()
+				})
+			},
+		}
 		p.wg.Add(2)
 		go func() {
 			defer p.wg.Done()
-			defer server.Close()
-			p.forwardRequests(client, server, func() { blackholed.Do(func() { close(swallow) }) })
+			defer p.forget(server)
+			p.forwardRequests(c)
 		}()
 		go func() {
 			defer p.wg.Done()
-			defer client.Close()
+			defer p.forget(client)
 			forwardReplies(server, client, swallow)
 		}()
 	}
 }
 
-// forwardRequests copies requests one at a time, so that the fault rule sees
-// each command, and calls blackhole before forwarding a request it matches.
-func (p *Proxy) forwardRequests(client, server net.Conn, blackhole func()) {
-	in := bufio.NewReader(client)
+// forget closes one side of a connection and stops tracking it, so that a
+// long run with many reconnections does not accumulate closed connections.
+func (p *Proxy) forget(c net.Conn) {
+	_ = c.Close()
+	p.mu.Lock()
+	delete(p.conns, c)
+	p.mu.Unlock()
+}
+
+// conn is one proxied connection and its fault draws.
+type conn struct {
+	client, server net.Conn
+	rng            *rand.Rand // only the request goroutine draws from it
+	blackhole      func()     // swallow every later reply
+	cut            func()     // close both sides
+}
+
+// forwardRequests copies requests one at a time, so that the fault rules
+// see each command, and applies the faults they choose before or after
+// forwarding it.
+func (p *Proxy) forwardRequests(c *conn) {
+	in := bufio.NewReader(c.client)
 	for {
 		raw, command, err := readRequest(in)
 		if err != nil {
@@ -117,11 +176,25 @@ func (p *Proxy) forwardRequests(client, server net.Conn, blackhole func()) {
 		p.mu.Lock()
 		p.seen[command]++
 		lose := p.lose != nil && p.lose(command, p.seen[command])
+		f := p.faults.draw(c.rng)
+		lose = lose || f.lose
+		p.stats.add(f)
 		p.mu.Unlock()
-		if lose {
-			blackhole()
+		if f.delay > 0 {
+			time.Sleep(f.delay)
 		}
-		if _, err := server.Write(raw); err != nil {
+		if f.cut == cutBefore {
+			c.cut() // never reaches the server
+			return
+		}
+		if lose {
+			c.blackhole()
+		}
+		if _, err := c.server.Write(raw); err != nil {
+			return
+		}
+		if f.cut == cutAfter {
+			c.cut() // reaches the server, which may apply it; the reply cannot come back
 			return
 		}
 	}

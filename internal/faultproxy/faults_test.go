@@ -1,0 +1,58 @@
+package faultproxy
+
+import (
+	"context"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestTheSameSeedDrawsTheSameFaults(t *testing.T) {
+	f := Faults{Seed: 42, LatencyRate: 0.3, MaxLatency: time.Millisecond, LoseRate: 0.1, CutRate: 0.1}
+	draws := func(conn uint64) []fault {
+		rng := rand.New(rand.NewPCG(f.Seed, conn))
+		out := make([]fault, 200)
+		for i := range out {
+			out[i] = f.draw(rng)
+		}
+		return out
+	}
+	assert.Equal(t, draws(7), draws(7), "same seed, same connection: same schedule")
+	assert.NotEqual(t, draws(7), draws(8), "another connection draws its own schedule")
+
+	var s Stats
+	for _, d := range draws(7) {
+		s.add(d)
+	}
+	assert.Positive(t, s.Delayed)
+	assert.Positive(t, s.Lost)
+	assert.Positive(t, s.Cut)
+}
+
+func TestRandomFaultsAreSeenBelowTheClient(t *testing.T) {
+	ctx := context.Background()
+	server := miniredis.RunT(t)
+	p := Start(t, server.Addr())
+	client := redis.NewClient(&redis.Options{Addr: p.Addr(), MaxRetries: -1, ReadTimeout: 100 * time.Millisecond})
+	t.Cleanup(func() { _ = client.Close() })
+
+	require.NoError(t, client.Ping(ctx).Err(), "connected (go-redis's handshake) before the faults start")
+	require.NoError(t, p.SetFaults(Faults{Seed: 1, LoseRate: 1}))
+	require.Error(t, client.Set(ctx, "lost", "1", 0).Err(), "the reply is swallowed")
+	v, err := server.Get("lost")
+	require.NoError(t, err)
+	assert.Equal(t, "1", v, "the server applied the command")
+
+	require.NoError(t, p.SetFaults(Faults{Seed: 1, CutRate: 1}))
+	require.Error(t, client.Set(ctx, "cut", "1", 0).Err(), "the new connection is cut at its first request")
+
+	require.NoError(t, p.SetFaults(Faults{}))
+	require.NoError(t, client.Set(ctx, "after", "1", 0).Err(), "a new connection works again")
+	assert.Equal(t, Stats{Lost: 1, Cut: 1}, p.Stats(), "one request lost, one connection cut")
+	assert.Error(t, p.SetFaults(Faults{LoseRate: 2}), "a rate above 1 is refused")
+}
