@@ -39,10 +39,8 @@ const restoreTimeout = time.Second
 // took it over or released it, or it became another type; the caller should
 // look again.
 func (l *Locker) takeOver(ctx context.Context, key, expiredValue string) (lock *Lock, startOver bool, err error) {
-	now := l.cfg.clock.Now()
-	expiry := l.leaseFrom(now)
-	value := formatValue(expiry, newToken())
-	getset := redis.NewStringCmd(ctx, "getset", key, value)
+	ours := l.newLease(l.cfg.clock.Now())
+	getset := redis.NewStringCmd(ctx, "getset", key, ours.value)
 	var fence *redis.IntCmd
 
 	written, err := l.compareAndWrite(ctx, key,
@@ -51,7 +49,7 @@ func (l *Locker) takeOver(ctx context.Context, key, expiredValue string) (lock *
 			_ = pipe.Process(ctx, getset)
 			// GETSET clears any TTL; put the safety net back in the same
 			// transaction (H6).
-			pipe.PExpire(ctx, key, l.safetyNet(l.cfg.ttl))
+			pipe.PExpire(ctx, key, l.safetyNet(ours.length()))
 			if l.cfg.fencing {
 				fence = pipe.Incr(ctx, FenceKey(key)) // drawn with the takeover, atomically
 			}
@@ -60,7 +58,7 @@ func (l *Locker) takeOver(ctx context.Context, key, expiredValue string) (lock *
 		// H5: if EXEC ran before its reply was lost, the key held the
 		// expired value and the lease is rightfully ours (WATCH guarantees
 		// it); let the next attempt recognise it.
-		l.pending.remember(key, value, expiry, now)
+		l.remember(key, ours)
 		return nil, false, fmt.Errorf("setnxlock: take over %q: %w", key, err)
 	}
 	if !written {
@@ -82,10 +80,10 @@ func (l *Locker) takeOver(ctx context.Context, key, expiredValue string) (lock *
 		if fence != nil {
 			token = fence.Val()
 		}
-		lock, err := l.grant(key, value, expiry, token, EventRecovered)
+		lock, err := l.grant(key, ours, token, EventRecovered)
 		return lock, false, err
 	}
-	if err := l.restore(ctx, key, value, old); err != nil {
+	if err := l.restore(ctx, key, ours.value, old); err != nil {
 		return nil, false, fmt.Errorf("%w: GETSET on %q replaced a live lease, and putting it back failed: %w", ErrWatchIgnored, key, err)
 	}
 	return nil, false, fmt.Errorf("%w: GETSET on %q replaced a live lease; it was put back", ErrWatchIgnored, key)

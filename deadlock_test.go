@@ -166,8 +166,8 @@ func TestAServerThatIgnoresWatchIsDetected(t *testing.T) {
 	onEachBackend(t, func(t *testing.T, b *backend) {
 		b.crashedHolder(t, "lock.k")
 		client := b.client(t)
-		hookCommand(client, "watch", func(func() error) error { return nil }) // swallowed
-		checked := gateAfter(t, client, "get", 2)                             // the GET inside the would-be watch
+		client.AddHook(watchIgnored{})
+		checked := gateAfter(t, client, "get", 2) // the GET inside the would-be watch
 		loserDone := make(chan error, 1)
 		go func() { _, err := b.lockerOn(t, client).TryAcquire(ctx, "lock.k"); loserDone <- err }()
 		checked.wait(t)

@@ -32,3 +32,9 @@ var errNilObserver = fmt.Errorf("%w: nil Observer", ErrInvalidArgument)
 // client, an empty key, a TTL or backoff out of range. Nothing is written to
 // Redis when it is returned.
 var ErrInvalidArgument = errors.New("setnxlock: invalid argument")
+
+// ErrNoTransactions reports that the server, a proxy or the ACL user
+// refuses MULTI. Taking over expired leases, refreshing and releasing
+// without scripts need WATCH/MULTI/EXEC to be safe (H2, H3), so the Locker
+// refuses to write rather than run those writes unguarded.
+var ErrNoTransactions = errors.New("setnxlock: the server refuses MULTI/EXEC transactions")

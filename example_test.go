@@ -261,7 +261,7 @@ func ExampleWithFencing() {
 	fmt.Println("store:", store.value)
 	// Output:
 	// b writes: <nil>
-	// a writes: rejected: token 1 is older than 3
+	// a writes: rejected: token 1 is older than 2
 	// store: paid by b
 }
 
@@ -365,4 +365,24 @@ func ExampleObserverFunc() {
 	_, _ = b.TryAcquire(ctx, "lock.k")
 	fmt.Println("contended:", contended)
 	// Output: contended: 2
+}
+
+// A Go service joining PHP or Node services that lock the classic way on
+// the same keys: write bare Unix milliseconds, as npm redis-lock does.
+func ExampleWithFormat() {
+	client, done := newClient()
+	defer done()
+	ctx := context.Background()
+	clock := setnxlock.NewManualClock(time.UnixMilli(1795348800000))
+	locker, _ := setnxlock.New(client,
+		setnxlock.WithFormat(setnxlock.UnixMillis),
+		setnxlock.WithTTL(5*time.Second),
+		setnxlock.WithClock(clock))
+
+	lock, _ := locker.TryAcquire(ctx, "lock.invoices")
+	fmt.Println(client.Get(ctx, "lock.invoices").Val()) // now + timeout + 1
+	fmt.Println(lock.Release(ctx))
+	// Output:
+	// 1795348805001
+	// <nil>
 }

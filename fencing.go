@@ -1,11 +1,6 @@
 package setnxlock
 
-import (
-	"context"
-	"strings"
-
-	"github.com/redis/go-redis/v9"
-)
+import "strings"
 
 // Fencing (H8): a holder that stalls past its lease may still act on the
 // protected resource after the next holder has taken over. With
@@ -45,25 +40,4 @@ func hasHashTag(key string) bool {
 		return false
 	}
 	return strings.IndexByte(key[open+1:], '}') > 0
-}
-
-// setnxFenced sends SETNX, and with fencing SETNX and INCR of the counter in
-// one MULTI/EXEC, so the token is drawn atomically with the win. A SETNX
-// that loses burns a number, which keeps tokens increasing all the same.
-func (l *Locker) setnxFenced(ctx context.Context, key, value string) (created bool, token int64, err error) {
-	if !l.cfg.fencing {
-		created, err = l.setnx(ctx, key, value)
-		return created, 0, err
-	}
-	setnx := redis.NewIntCmd(ctx, "setnx", key, value)
-	var incr *redis.IntCmd
-	_, err = l.client.TxPipelined(ctx, func(pipe redis.Pipeliner) error {
-		_ = pipe.Process(ctx, setnx)
-		incr = pipe.Incr(ctx, FenceKey(key))
-		return nil
-	})
-	if err != nil {
-		return false, 0, err
-	}
-	return setnx.Val() == 1, incr.Val(), nil
 }

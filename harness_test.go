@@ -60,14 +60,17 @@ func (b *backend) client(t testing.TB) *redis.Client {
 }
 
 // locker returns a Locker on a new client with the backend's ManualClock,
-// a TTL of 10s and fast backoff; opts override these.
+// a TTL of 10s and fast backoff; opts override these. It sends the classic
+// commands only (SETNX, PEXPIRE, WATCH/MULTI/EXEC), which the hazard tests
+// inspect and intercept one by one; paths_test.go runs the behaviour on the
+// scripted and SET NX PX paths as well.
 func (b *backend) locker(t testing.TB, opts ...Option) *Locker {
 	return b.lockerOn(t, b.client(t), opts...)
 }
 
 func (b *backend) lockerOn(t testing.TB, client redis.UniversalClient, opts ...Option) *Locker {
 	t.Helper()
-	base := []Option{WithClock(b.clock), WithTTL(10 * time.Second), WithBackoff(time.Millisecond, 5*time.Millisecond)}
+	base := []Option{WithClassicCommands(), WithClock(b.clock), WithTTL(10 * time.Second), WithBackoff(time.Millisecond, 5*time.Millisecond)}
 	l, err := New(client, append(base, opts...)...)
 	require.NoError(t, err)
 	return l
@@ -169,7 +172,9 @@ func (r *recorder) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 
 func (r *recorder) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
-		r.add(cmds...)
+		if !isTransactionCheck(cmds) {
+			r.add(cmds...)
+		}
 		return next(ctx, cmds)
 	}
 }
@@ -201,6 +206,9 @@ func (h hookFunc) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 
 func (h hookFunc) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if isTransactionCheck(cmds) {
+			return next(ctx, cmds)
+		}
 		for _, cmd := range cmds {
 			if cmd.Name() == h.name {
 				return h.around(func() error { return next(ctx, cmds) })
@@ -315,4 +323,41 @@ func (l *lostReplies) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.
 		}
 		return errLostReply{}
 	}
+}
+
+// watchIgnored plays a server or proxy that answers WATCH with OK and
+// ignores it: the WATCH never reaches the server, alone or in a pipeline.
+type watchIgnored struct{}
+
+func (watchIgnored) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (watchIgnored) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if cmd.Name() == "watch" {
+			cmd.(*redis.StatusCmd).SetVal("OK")
+			return nil
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (watchIgnored) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		var sent []redis.Cmder
+		for _, cmd := range cmds {
+			if cmd.Name() == "watch" {
+				cmd.(*redis.StatusCmd).SetVal("OK")
+				continue
+			}
+			sent = append(sent, cmd)
+		}
+		return next(ctx, sent)
+	}
+}
+
+// isTransactionCheck recognises the empty MULTI/EXEC a Locker sends once
+// before its first watched write (checkTransactions). The tests that hook,
+// gate or record commands are about the writes that follow it.
+func isTransactionCheck(cmds []redis.Cmder) bool {
+	return len(cmds) == 2 && cmds[0].Name() == "multi" && cmds[1].Name() == "exec"
 }

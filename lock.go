@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -19,6 +20,12 @@ type Locker struct {
 	client  redis.UniversalClient
 	cfg     config
 	pending pendingWrites
+
+	scripts featureSwitch // the one-round-trip scripts (scripts.go)
+	setNXPX featureSwitch // SET key value NX PX: SETNX and the safety net in one command
+	wakeups featureSwitch // PUBLISH on release, SUBSCRIBE while waiting (wakeup.go)
+
+	transactionsChecked atomic.Bool // the server accepted MULTI (checkTransactions)
 }
 
 // New returns a Locker that locks keys through client. It returns an error
@@ -40,7 +47,10 @@ func New(client redis.UniversalClient, opts ...Option) (*Locker, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	return &Locker{client: client, cfg: cfg}, nil
+	l := &Locker{client: client, cfg: cfg}
+	l.scripts.off.Store(cfg.noScripts || cfg.classic)
+	l.setNXPX.off.Store(cfg.classic)
+	return l, nil
 }
 
 // isNil catches both a nil interface and a typed nil such as
@@ -69,110 +79,134 @@ func (l *Locker) TryAcquire(ctx context.Context, key string) (*Lock, error) {
 	return lock, err
 }
 
-// tryAcquire is one attempt of the SETNX page's algorithm. Besides the lock it
-// returns, when it is known, the instant the lease that refused us can be
-// taken over, which lets Acquire sleep no longer than necessary.
-func (l *Locker) tryAcquire(ctx context.Context, key string) (*Lock, time.Time, error) {
+// refusal is what a refused attempt learned about the lease that refused
+// it, so that Acquire sleeps no longer than necessary.
+type refusal struct {
+	takeableAt time.Time // when the lease can be taken over; zero if unknown
+	announced  bool      // its holder is a Locker, which announces its release (wakeup.go)
+}
+
+// tryAcquire is one attempt of the SETNX page's algorithm. When the lock is
+// held it also returns what it learned about the holder's lease.
+func (l *Locker) tryAcquire(ctx context.Context, key string) (*Lock, refusal, error) {
 	if key == "" {
-		return nil, time.Time{}, fmt.Errorf("%w: empty key", ErrInvalidArgument)
+		return nil, refusal{}, fmt.Errorf("%w: empty key", ErrInvalidArgument)
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, time.Time{}, fmt.Errorf("setnxlock: acquire %q: %w", key, err)
+		return nil, refusal{}, fmt.Errorf("setnxlock: acquire %q: %w", key, err)
 	}
 	for range maxStartOvers {
-		expiry := l.leaseFrom(l.cfg.clock.Now())
-		value := formatValue(expiry, newToken())
+		ours := l.newLease(l.cfg.clock.Now())
 
-		// Step 1: SETNX key <expiry>.
-		created, token, err := l.setnxFenced(ctx, key, value)
+		// Step 1: SETNX key <expiry>; step 2, when the key exists: GET it
+		// to read whose lease it is.
+		claimed, err := l.claimKey(ctx, key, ours)
 		if err != nil {
 			// H5: the server may have applied SETNX and only the reply was
-			// lost. Remember the value so the next attempt recognises it as
-			// ours instead of waiting out our own lease.
-			l.pending.remember(key, value, expiry, l.cfg.clock.Now())
-			return nil, time.Time{}, fmt.Errorf("setnxlock: SETNX %q: %w", key, err)
+			// lost, or a 0 may have come from go-redis resending a SETNX
+			// whose first copy was applied and the GET failed. Remember the
+			// value so the next attempt recognises it as ours instead of
+			// waiting out our own lease.
+			l.remember(key, ours)
+			return nil, refusal{}, err
 		}
-		if created {
-			if !expired(expiry, l.cfg.clock.Now()) {
-				l.setSafetyNet(ctx, key)
-			}
-			lock, err := l.grant(key, value, expiry, token, EventAcquired)
-			return lock, time.Time{}, err
+		if claimed.created {
+			lock, err := l.grant(key, ours, claimed.fencingToken, EventAcquired)
+			return lock, refusal{}, err
 		}
-
-		// Step 2: the key exists; read whose lease it is.
-		current, found, err := l.get(ctx, key)
-		if err != nil {
-			// H5: the 0 may have come from go-redis resending a SETNX whose
-			// first copy was applied; without the GET we cannot tell.
-			l.pending.remember(key, value, expiry, l.cfg.clock.Now())
-			return nil, time.Time{}, fmt.Errorf("setnxlock: GET %q: %w", key, err)
-		}
-		if !found {
+		current := claimed.current
+		if !claimed.found {
 			continue // released between SETNX and GET: start over
 		}
 		now := l.cfg.clock.Now()
-		// H5: a value only we can have written. Either go-redis resent this
-		// attempt's SETNX after losing the reply of a first copy that was
-		// applied, so the resend answered 0, or it is a remembered write.
-		write, ours := pendingWrite{value: value, expiry: expiry}, current == value
-		if !ours {
-			write, ours = l.pending.claim(key, current, now)
-		}
-		if ours {
+		if write, ok := l.recognise(key, current, ours, now); ok {
 			if l.cfg.fencing {
 				// The lease is ours but its fencing token went with the
 				// lost reply: give the lease up and start over for a new one.
 				if _, err := l.compareAndWrite(ctx, key,
 					func(current string) bool { return current == write.value },
 					func(pipe redis.Pipeliner) { pipe.Del(ctx, key) }); err != nil {
-					return nil, time.Time{}, fmt.Errorf("setnxlock: %q: %w", key, err)
+					return nil, refusal{}, fmt.Errorf("setnxlock: %q: %w", key, err)
 				}
 				continue
 			}
-			l.setSafetyNet(ctx, key) // H6: the write whose reply was lost may not have got its net
-			lock, err := l.grant(key, write.value, write.expiry, 0, EventAcquired)
-			return lock, time.Time{}, err
+			l.setSafetyNet(ctx, key, write) // H6: the write whose reply was lost may not have got its net
+			lock, err := l.grant(key, write, 0, EventAcquired)
+			return lock, refusal{}, err
 		}
 		holderExpiry, err := parseExpiry(current)
 		if err != nil {
-			return nil, time.Time{}, fmt.Errorf("setnxlock: key %q: %w", key, err) // H7: left untouched
+			return nil, refusal{}, fmt.Errorf("setnxlock: key %q: %w", key, err) // H7: left untouched
 		}
 		// H4: a foreign lease is over only a skew margin after the end it
 		// states, so a clock that runs ahead by less cannot end it early.
 		takeable := holderExpiry.Add(l.cfg.skewMargin)
 		if !expired(takeable, now) {
 			l.observe(Event{Kind: EventContended, Key: key, ExpiresAt: takeable})
-			return nil, takeable, fmt.Errorf("%w: %q is held until %s", ErrNotAcquired, key, holderExpiry.UTC().Format(time.RFC3339Nano))
+			return nil, refusal{takeableAt: takeable, announced: tokenOf(current) != ""}, fmt.Errorf("%w: %q is held until %s", ErrNotAcquired, key, holderExpiry.UTC().Format(time.RFC3339Nano))
 		}
 
 		// Step 3: the holder's lease has expired: try to take it over.
 		lock, startOver, err := l.takeOver(ctx, key, current)
 		if !startOver {
-			return lock, time.Time{}, err
+			return lock, refusal{}, err
 		}
 	}
-	return nil, time.Time{}, fmt.Errorf("%w: %q changed under us %d times in one attempt", ErrNotAcquired, key, maxStartOvers)
+	return nil, refusal{}, fmt.Errorf("%w: %q changed under us %d times in one attempt", ErrNotAcquired, key, maxStartOvers)
 }
 
-// leaseFrom is the expiry of a lease that starts at now, at the stored
-// millisecond resolution.
-func (l *Locker) leaseFrom(now time.Time) time.Time {
-	return now.Add(l.cfg.ttl).Truncate(time.Millisecond)
+// newLease is a lease of the Locker's TTL beginning at now, in its format,
+// with a fresh owner token where the format carries one.
+func (l *Locker) newLease(now time.Time) lease {
+	token := ""
+	if l.cfg.format.tokens() {
+		token = newToken()
+	}
+	return l.cfg.format.newLease(now, l.cfg.ttl, token)
+}
+
+// remember records a write whose reply was lost (H5), where the format lets
+// us recognise it later. A bare timestamp does not: another client writing
+// in the same millisecond (or second) with the same TTL writes the very same
+// value, so claiming it could hand one lease to two clients. Without a
+// token the Locker waits a lost write out instead, as classic clients do.
+func (l *Locker) remember(key string, write lease) {
+	if l.cfg.format.tokens() {
+		l.pending.remember(key, write, l.cfg.clock.Now())
+	}
+}
+
+// recognise reports whether current, found at key after our SETNX answered
+// 0, is a value only we can have written (H5): either go-redis resent this
+// attempt's SETNX after losing the reply of a first copy that was applied,
+// or it is a remembered write. Only token values are recognised; see
+// remember.
+func (l *Locker) recognise(key, current string, attempt lease, now time.Time) (lease, bool) {
+	if !l.cfg.format.tokens() {
+		return lease{}, false
+	}
+	if current == attempt.value {
+		return attempt, true
+	}
+	return l.pending.claim(key, current, now)
 }
 
 // grant hands out the lock we just won, unless its lease already ended
 // while we waited for Redis's reply (a stall like H8's): a Lock that is over
 // before the caller sees it would only invite work outside the lease.
-func (l *Locker) grant(key, value string, expiry time.Time, fencingToken int64, kind EventKind) (*Lock, error) {
-	if expired(expiry, l.cfg.clock.Now()) {
+func (l *Locker) grant(key string, won lease, fencingToken int64, kind EventKind) (*Lock, error) {
+	if expired(won.expiry, l.cfg.clock.Now()) {
 		return nil, fmt.Errorf("%w: %q: our lease ended before the reply arrived", ErrNotAcquired, key)
 	}
 	lock := &Lock{
-		locker: l, key: key, token: tokenOf(value), fencingToken: fencingToken, expiresAt: expiry, renewedAt: expiry.Add(-l.cfg.ttl),
+		locker: l, key: key, token: tokenOf(won.value), value: won.value, fencingToken: fencingToken,
+		expiresAt: won.expiry, renewedAt: won.start,
 		op: make(chan struct{}, 1), done: make(chan struct{}), moved: make(chan struct{}, 1),
 	}
-	l.observe(Event{Kind: kind, Key: key, ExpiresAt: expiry, FencingToken: fencingToken})
+	if !l.cfg.format.tokens() {
+		lock.token = ""
+	}
+	l.observe(Event{Kind: kind, Key: key, ExpiresAt: won.expiry, FencingToken: fencingToken})
 	if l.cfg.autoRefresh {
 		lock.startWatch()
 	}
@@ -197,19 +231,23 @@ func (l *Locker) safetyNet(remaining time.Duration) time.Duration {
 // onto a successor's key, it cannot end before a lease of up to TTL + grace
 // that the successor began earlier. It is best effort: if it fails, the key
 // behaves like a classic lock until a refresh or a takeover sets the net.
-func (l *Locker) setSafetyNet(ctx context.Context, key string) {
-	_ = l.client.PExpire(ctx, key, l.safetyNet(l.cfg.ttl)).Err()
+func (l *Locker) setSafetyNet(ctx context.Context, key string, won lease) {
+	_ = l.client.PExpire(ctx, key, l.safetyNet(won.length())).Err()
 }
 
 // Acquire takes the lock on key, waiting while another client holds it. It
-// retries with exponential backoff and jitter (WithBackoff), never sleeping
-// much past the holder's lease when that is known, and retries transient
-// network errors. It has no deadline of its own: when ctx ends first it
-// returns an error matching both ErrNotAcquired and ctx.Err().
+// is woken as soon as a Locker releases the key (pub/sub, see WakeChannel),
+// and otherwise retries with exponential backoff and jitter (WithBackoff),
+// never sleeping much past the holder's lease when that is known; it
+// retries transient network errors. It has no deadline of its own: when
+// ctx ends first it returns an error matching both ErrNotAcquired and
+// ctx.Err().
 func (l *Locker) Acquire(ctx context.Context, key string) (*Lock, error) {
 	backoff := newBackoff(l.cfg.minBackoff, l.cfg.maxBackoff)
+	var released *wakeup
+	defer func() { released.close() }()
 	for {
-		lock, takeableAt, err := l.tryAcquire(ctx, key)
+		lock, refused, err := l.tryAcquire(ctx, key)
 		if err == nil {
 			return lock, nil
 		}
@@ -219,11 +257,21 @@ func (l *Locker) Acquire(ctx context.Context, key string) (*Lock, error) {
 		if !retryable(err) {
 			return nil, err
 		}
-		wait := backoff.next()
-		if !takeableAt.IsZero() {
-			wait = capAtLease(wait, takeableAt.Sub(l.cfg.clock.Now()), l.cfg.minBackoff)
+		if released == nil && errors.Is(err, ErrNotAcquired) {
+			if released = l.subscribe(ctx, key); released != nil {
+				continue // attempt once more now that no release can go unheard
+			}
 		}
-		if err := sleep(ctx, wait); err != nil {
+		wait := backoff.next()
+		if released != nil && refused.announced {
+			// The holder will announce its release: polling would only
+			// load Redis. Poll rarely, in case the announcement is lost.
+			wait = max(wait, announcedPoll)
+		}
+		if !refused.takeableAt.IsZero() {
+			wait = capAtLease(wait, refused.takeableAt.Sub(l.cfg.clock.Now()), l.cfg.minBackoff)
+		}
+		if err := released.sleep(ctx, wait); err != nil {
 			return nil, contextEnded(key, err, nil)
 		}
 	}
@@ -248,7 +296,7 @@ func retryable(err error) bool {
 	switch {
 	case errors.Is(err, ErrNotAcquired), errors.Is(err, redis.TxFailedErr):
 		return true
-	case errors.Is(err, ErrInvalidArgument), errors.Is(err, ErrNotLockValue), errors.Is(err, ErrWatchIgnored):
+	case errors.Is(err, ErrInvalidArgument), errors.Is(err, ErrNotLockValue), errors.Is(err, ErrWatchIgnored), errors.Is(err, ErrNoTransactions):
 		return false
 	}
 	var redisErr redis.Error
@@ -273,7 +321,9 @@ type Lock struct {
 
 	op        chan struct{} // a one-slot semaphore serialising the calls that talk to Redis; waiting on it honours ctx
 	releasing atomic.Bool   // Release was called: stop renewing, whatever its outcome
-	token     string        // in every value we write for this lease; ownership is carrying it
+	token     string        // TokenFormat: in every value we write for this lease; ownership is carrying it
+	value     string        // guarded by op: without a token, ownership is holding exactly this value
+	maybe     []string      // guarded by op: values refreshes in doubt may have written instead
 	released  bool          // guarded by op
 	inDoubt   bool          // guarded by op: a Release failed in transit and may have deleted the key
 
@@ -324,8 +374,7 @@ func (k *Lock) release(ctx context.Context) error {
 	}
 	expiresAt := k.ExpiresAt()
 	live := !expired(expiresAt, k.locker.cfg.clock.Now())
-	deleted, err := k.locker.compareAndWrite(ctx, k.key, k.owns,
-		func(pipe redis.Pipeliner) { pipe.Del(ctx, k.key) })
+	deleted, err := k.locker.deleteIfOwned(ctx, k)
 	if err != nil {
 		k.inDoubt = true
 		return fmt.Errorf("setnxlock: release %q: %w", k.key, err)
@@ -340,6 +389,29 @@ func (k *Lock) release(ctx context.Context) error {
 	// Deleted now, or by the earlier attempt whose reply was lost: while our
 	// lease is live nobody else can have removed our value.
 	return k.finish(nil)
+}
+
+// deleteIfOwned deletes the lock's key if it still holds our value (H3),
+// atomically, and announces the release to waiters: one script where
+// scripts run, else WATCH/GET/MULTI/DEL/PUBLISH/EXEC.
+func (l *Locker) deleteIfOwned(ctx context.Context, k *Lock) (bool, error) {
+	if l.scripts.usable() {
+		deleted, err := l.scriptedRelease(ctx, k)
+		if !l.scripts.fallBackIfRefused(err) {
+			return deleted, err
+		}
+	}
+	publish := l.wakeups.usable()
+	deleted, err := l.compareAndWrite(ctx, k.key, k.owns, func(pipe redis.Pipeliner) {
+		pipe.Del(ctx, k.key)
+		if publish {
+			pipe.Publish(ctx, WakeChannel(k.key), k.key)
+		}
+	})
+	if publish && l.wakeups.fallBackIfRefused(err) {
+		return l.deleteIfOwned(ctx, k) // the refused PUBLISH aborted the transaction: again without it
+	}
+	return deleted, err
 }
 
 // lockOp waits for the lock's turn to talk to Redis, or for ctx to end.
@@ -360,15 +432,31 @@ func (k *Lock) usable(ctx context.Context, verb string) error {
 	if k.released {
 		return fmt.Errorf("%w: %q was already released", ErrNotHeld, k.key)
 	}
+	if k.inDoubt && k.token == "" {
+		// A bare value cannot tell our lease from a successor's written in
+		// the same millisecond (or second): if the Release whose reply was
+		// lost deleted the key, another Release or a Refresh might hit the
+		// successor's identical value (H3). Leave the key to its expiry.
+		k.released = true
+		return k.finish(fmt.Errorf("%w: %q: an earlier Release may have deleted it; without an owner token the key is left to expire", ErrNotHeld, k.key))
+	}
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("setnxlock: %s %q: %w", verb, k.key, err)
 	}
 	return nil
 }
 
-// owns reports whether a value at our key is ours: it carries our lease's
-// token (H3). A refresh whose reply was lost may have replaced our value
-// with a newer one of ours, and both are recognised.
+// owns reports whether a value at our key is ours (H3): it carries our
+// lease's token, or, in a format without tokens, it is exactly the value we
+// last wrote. A refresh whose reply was lost may have replaced our value
+// with a newer one of ours, and both are recognised. The caller holds the
+// op slot.
 func (k *Lock) owns(current string) bool {
-	return k.token != "" && tokenOf(current) == k.token
+	switch {
+	case !ownerCheck:
+		return true
+	case k.token != "":
+		return tokenOf(current) == k.token
+	}
+	return current == k.value || slices.Contains(k.maybe, current)
 }

@@ -31,6 +31,9 @@ type config struct {
 	fencing     bool
 	skewMargin  time.Duration
 	observer    Observer
+	noScripts   bool   // WithoutScripts: only the classic commands, never EVAL/EVALSHA
+	format      Format // what we write; we read every format
+	classic     bool   // WithClassicCommands: SETNX and PEXPIRE, as if the server knew nothing newer
 }
 
 func defaultConfig() config {
@@ -167,6 +170,30 @@ func WithBackoff(min, max time.Duration) Option {
 			return fmt.Errorf("%w: backoff needs %v <= min <= max, got min=%v max=%v", ErrInvalidArgument, MinBackoffFloor, min, max)
 		}
 		c.minBackoff, c.maxBackoff = min, max
+		return nil
+	}
+}
+
+// WithoutScripts makes the Locker use only the classic commands (SETNX, GET,
+// GETSET, DEL, PEXPIRE and WATCH/MULTI/EXEC), never EVAL or EVALSHA, even
+// where the server would run scripts: for servers, proxies and ACL users
+// where scripting is disabled or audited. Correctness never depends on
+// scripts; they only save round trips.
+func WithoutScripts() Option {
+	return func(c *config) error {
+		c.noScripts = true
+		return nil
+	}
+}
+
+// WithClassicCommands makes the Locker send only the commands of the SETNX
+// page and the transactions around them: SETNX, GET, GETSET, DEL, PEXPIRE,
+// WATCH/MULTI/EXEC (and PUBLISH for wake-ups). No scripts, and no SET
+// options, which the Locker otherwise detects: for proxies and servers that
+// mishandle anything newer, and to watch the classic algorithm at work.
+func WithClassicCommands() Option {
+	return func(c *config) error {
+		c.classic = true
 		return nil
 	}
 }

@@ -30,6 +30,8 @@ func TestBadConfigurationIsRejected(t *testing.T) {
 		"backoff below floor":    {client: client, opts: []Option{WithBackoff(time.Nanosecond, time.Nanosecond)}},
 		"backoff max below min":  {client: client, opts: []Option{WithBackoff(time.Second, time.Millisecond)}},
 		"negative backoff bound": {client: client, opts: []Option{WithBackoff(-time.Millisecond, time.Second)}},
+		"unknown format":         {client: client, opts: []Option{WithFormat(Format(42))}},
+		"negative format":        {client: client, opts: []Option{WithFormat(Format(-1))}},
 	}
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -76,7 +78,7 @@ func TestBadCallsWriteNothing(t *testing.T) {
 		require.ErrorIs(t, lock.Release(cancelled), context.Canceled)
 		require.NoError(t, lock.Release(ctx), "a Release that failed on its context can be retried")
 
-		assert.Equal(t, "WATCH GET MULTI DEL EXEC", sent.names(), "only the successful Release reached Redis")
+		assert.Equal(t, "WATCH GET MULTI DEL PUBLISH EXEC", sent.names(), "only the successful Release reached Redis")
 		assert.Zero(t, b.raw.DBSize(ctx).Val())
 	})
 }

@@ -13,23 +13,17 @@ import (
 // nobody else knows the random token.
 type pendingWrites struct {
 	mu    sync.Mutex
-	byKey map[string][]pendingWrite
-}
-
-// pendingWrite is one write whose outcome is unknown.
-type pendingWrite struct {
-	value  string
-	expiry time.Time
+	byKey map[string][]lease
 }
 
 // remember records a write of value on key whose reply was lost. Entries
 // whose lease is over at now are dropped at the same time, so the map holds
 // only writes that could still be claimed.
-func (p *pendingWrites) remember(key, value string, expiry, now time.Time) {
+func (p *pendingWrites) remember(key string, write lease, now time.Time) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.byKey == nil {
-		p.byKey = make(map[string][]pendingWrite)
+		p.byKey = make(map[string][]lease)
 	}
 	for k, writes := range p.byKey {
 		if live := unexpired(writes, now); len(live) > 0 {
@@ -38,12 +32,12 @@ func (p *pendingWrites) remember(key, value string, expiry, now time.Time) {
 			delete(p.byKey, k)
 		}
 	}
-	p.byKey[key] = append(p.byKey[key], pendingWrite{value: value, expiry: expiry})
+	p.byKey[key] = append(p.byKey[key], write)
 }
 
 // claim reports whether current is a remembered write on key whose lease is
 // still live at now, and forgets the key's remembered writes if so.
-func (p *pendingWrites) claim(key, current string, now time.Time) (pendingWrite, bool) {
+func (p *pendingWrites) claim(key, current string, now time.Time) (lease, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for _, write := range p.byKey[key] {
@@ -52,10 +46,10 @@ func (p *pendingWrites) claim(key, current string, now time.Time) (pendingWrite,
 			return write, true
 		}
 	}
-	return pendingWrite{}, false
+	return lease{}, false
 }
 
-func unexpired(writes []pendingWrite, now time.Time) []pendingWrite {
+func unexpired(writes []lease, now time.Time) []lease {
 	live := writes[:0]
 	for _, w := range writes {
 		if !expired(w.expiry, now) {

@@ -36,24 +36,28 @@ func (k *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 	if ends := k.ExpiresAt(); expired(ends, now) {
 		return k.finish(fmt.Errorf("%w: the lease on %q expired at %s", ErrNotHeld, k.key, ends.UTC().Format(time.RFC3339Nano)))
 	}
-	expiry := now.Add(ttl).Truncate(time.Millisecond)
-	value := formatValue(expiry, k.token)
+	renewed := l.cfg.format.newLease(now, ttl, k.token)
 	written, err := l.compareAndWrite(ctx, k.key, k.owns, func(pipe redis.Pipeliner) {
-		pipe.Set(ctx, k.key, value, 0)
-		pipe.PExpire(ctx, k.key, l.safetyNet(ttl))
+		pipe.Set(ctx, k.key, renewed.value, 0)
+		pipe.PExpire(ctx, k.key, l.safetyNet(renewed.length()))
 	})
 	if err != nil {
-		// The new end may or may not be stored: believe the earlier one.
-		if expiry.Before(k.ExpiresAt()) {
-			k.moveLease(k.renewedAtTime(), expiry)
+		// The new end may or may not be stored: believe the earlier one,
+		// and recognise either value as ours.
+		if k.token == "" {
+			k.maybe = append(k.maybe, renewed.value)
+		}
+		if renewed.expiry.Before(k.ExpiresAt()) {
+			k.moveLease(k.renewedAtTime(), renewed.expiry)
 		}
 		return fmt.Errorf("setnxlock: refresh %q: %w", k.key, err)
 	}
 	if !written {
 		return k.finish(fmt.Errorf("%w: %q no longer holds our value", ErrNotHeld, k.key))
 	}
-	k.moveLease(now, expiry)
-	l.observe(Event{Kind: EventRefreshed, Key: k.key, ExpiresAt: expiry, FencingToken: k.fencingToken})
+	k.value, k.maybe = renewed.value, nil
+	k.moveLease(now, renewed.expiry)
+	l.observe(Event{Kind: EventRefreshed, Key: k.key, ExpiresAt: renewed.expiry, FencingToken: k.fencingToken})
 	return nil
 }
 

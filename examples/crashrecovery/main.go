@@ -49,7 +49,7 @@ func main() {
 // until it is killed.
 func runHolder(addr string, ttl time.Duration) {
 	client := redis.NewClient(&redis.Options{Addr: addr})
-	locker, err := setnxlock.New(client, setnxlock.WithTTL(ttl))
+	locker, err := setnxlock.New(client, setnxlock.WithTTL(ttl), setnxlock.WithClassicCommands())
 	if err == nil {
 		var lock *setnxlock.Lock
 		if lock, err = locker.TryAcquire(context.Background(), key); err == nil {
@@ -98,7 +98,7 @@ func run(addr, where string, ttl time.Duration) error {
 
 	// The waiter: every command it sends appears on the timeline.
 	client.AddHook(t)
-	waiter, err := setnxlock.New(client, setnxlock.WithTTL(ttl))
+	waiter, err := setnxlock.New(client, setnxlock.WithTTL(ttl), setnxlock.WithClassicCommands())
 	if err != nil {
 		return err
 	}
@@ -144,6 +144,13 @@ func (t *timeline) DialHook(next redis.DialHook) redis.DialHook { return next }
 func (t *timeline) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		err := next(ctx, cmds)
+		if len(cmds) == 2 && cmds[0].Name() == "watch" {
+			t.watching = true
+			if get, ok := cmds[1].(*redis.StringCmd); ok {
+				t.describe(get)
+			}
+			return err
+		}
 		if len(cmds) < 2 || cmds[0].Name() != "multi" {
 			return err
 		}

@@ -1,0 +1,9 @@
+//go:build !setnxlock_no_owner_check
+
+package setnxlock
+
+// ownerCheck is on in every normal build. The build tag
+// setnxlock_no_owner_check turns it off, for the fault-injection harness
+// alone: a run built that way must report violations, which shows that the
+// harness's checker can catch a broken H3 check. Never ship such a build.
+const ownerCheck = true
