@@ -6,12 +6,23 @@ GO                  ?= go
 STATICCHECK_VERSION ?= v0.8.2
 BENCH_COUNT         ?= 5
 BENCH_OUT           ?= bench.out
+FUZZTIME            ?= 10s
+CHAOS_SEED          ?= 1
+SOAK_DURATION       ?= 10m
 
-.PHONY: test demo worker lint bench
+.PHONY: test demo worker lint bench chaos soak fuzz
 
 ## test: every test, with the race detector, on miniredis and on redis-server processes the tests start
 test:
 	$(GO) test -race -count=1 ./...
+
+## chaos: the fault-injection harness, >= 10^4 acquisitions under every assumption; fails on any violation (docs/RELIABILITY.md)
+chaos:
+	$(GO) run ./internal/chaos/cmd/chaos -seed $(CHAOS_SEED)
+
+## soak: the same harness for SOAK_DURATION, with no acquisition limit
+soak:
+	$(GO) run ./internal/chaos/cmd/chaos -seed $(CHAOS_SEED) -acquisitions 0 -duration $(SOAK_DURATION)
 
 ## demo: a crashed holder's lock recovered with GETSET, as a timeline (embedded miniredis; REDIS_ADDR=host:port for a real server)
 demo:
@@ -27,7 +38,7 @@ lint:
 	$(GO) vet ./...
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
 
-## bench: Go benchmarks, and the uncontended cycle rate as a ratio of a raw SETNX+DEL loop in the same run
+## bench: Go benchmarks, the uncontended ratio to a raw SETNX+DEL loop, then bench/ against bsm/redislock, redsync and sync.Mutex (writes docs/BENCHMARKS.md, docs/benchmarks.png; BENCH_FLAGS='-duration=2s -rounds=3' to change)
 bench:
 	@# rounds interleave the floor and the library, so drift on a shared machine hits both alike
 	@rm -f $(BENCH_OUT); for round in $$(seq $(BENCH_COUNT)); do \
@@ -37,3 +48,11 @@ bench:
 	      END { if (!rn || !ln) { print "bench: uncontended results missing"; exit 1 } \
 	            printf "\nuncontended acquire+release: %.0f cycles/s; raw SETNX+DEL: %.0f cycles/s; ratio %.2fx\n", \
 	                   1e9 / (lib / ln), 1e9 / (raw / rn), (raw / rn) / (lib / ln) }' $(BENCH_OUT)
+	@# bench/ is its own module, so the library's go.mod never depends on the peers it is compared with
+	cd bench && $(GO) run . -out=../docs $(BENCH_FLAGS)
+
+## fuzz: each fuzz target for FUZZTIME (default 10s); a failing input is saved under testdata/fuzz/ and replayed by every later go test
+fuzz:
+	@for target in FuzzParseExpiry FuzzFormatRoundTrip FuzzOperationSequences; do \
+	  echo "fuzz: $$target for $(FUZZTIME)"; \
+	  $(GO) test -run '^$$' -fuzz "^$$target\$$" -fuzztime $(FUZZTIME) . || exit 1; done
