@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -44,7 +45,7 @@ var aclFeatures = []aclFeature{
 	{name: "WithFencing", rules: "~{lock.*}.fence +incr", use: useFencing},
 	{name: "NewServerClock", rules: "+time", use: useServerClock},
 
-	{name: "optional: scripted fast path", rules: "+evalsha +eval", use: useCore,
+	{name: "optional: scripted fast path", rules: "+evalsha +eval", use: useCore, scripted: true,
 		optional: refusedCommands("evalsha", "eval")},
 	{name: "optional: SET NX PX fast path", rules: "+set", use: useCore,
 		optional: refusedCommands("set")},
@@ -55,6 +56,12 @@ var aclFeatures = []aclFeature{
 	{name: "optional: pub/sub wake-ups", rules: "+publish +subscribe &setnxlock:released:lock.*", use: useWakeups,
 		optional: func(e *redis.ACLLogEntry) bool {
 			return refusedCommands("publish", "subscribe")(e) || e.Reason == "channel" && strings.HasPrefix(e.Object, WakeChannel(""))
+		}},
+
+	{name: "optional: handoff to queued waiters", rules: "+evalsha +eval +publish +subscribe +rpush +lrem +lpop +set &setnxlock:handoff:* ~{lock.*}.waiters", use: useHandoff, scripted: true,
+		optional: func(e *redis.ACLLogEntry) bool {
+			return e.Reason == "channel" && strings.HasPrefix(e.Object, handoffChannelPrefix) ||
+				e.Reason == "key" && strings.HasSuffix(e.Object, ".waiters")
 		}},
 
 	// go-redis options that send commands of their own on every new
@@ -74,6 +81,7 @@ type aclFeature struct {
 	// optional, for a feature the library falls back from, recognises the
 	// refusals it causes in users without its rules.
 	optional func(*redis.ACLLogEntry) bool
+	scripted bool // the feature exists only where scripts run
 }
 
 func refusedCommands(names ...string) func(*redis.ACLLogEntry) bool {
@@ -131,7 +139,7 @@ func TestEachFeatureNeedsEveryOneOfItsACLRules(t *testing.T) {
 }
 
 // The ACL Redis recommends for users who must not run scripts: every
-// feature but the scripted fast path works, and only scripts are refused.
+// feature that does not need scripts works, and only scripts are refused.
 func TestEveryFeatureWorksForAUserWithAllCommandsButScripting(t *testing.T) {
 	server := newACLServer(t)
 	rules := []string{"~*", "&*", "+@all", "-@scripting"}
@@ -139,7 +147,7 @@ func TestEveryFeatureWorksForAUserWithAllCommandsButScripting(t *testing.T) {
 	u := server.user(t, nil, rules...)
 	require.ErrorContains(t, u.client().Eval(ctx, "return 1", nil).Err(), "NOPERM", "the user must not be able to run scripts")
 	for _, f := range aclFeatures {
-		if f.name == scripts.name {
+		if f.scripted {
 			continue
 		}
 		t.Run(f.name, func(t *testing.T) {
@@ -209,6 +217,18 @@ type aclServer struct {
 	users atomic.Int64
 }
 
+// calls returns how often the server has run command, scripts included,
+// from INFO commandstats.
+func (s *aclServer) calls(command string) int {
+	info := s.admin.Info(ctx, "commandstats").Val()
+	_, rest, found := strings.Cut(info, "cmdstat_"+command+":calls=")
+	if !found {
+		return 0
+	}
+	n, _ := strconv.Atoi(rest[:strings.IndexByte(rest, ',')])
+	return n
+}
+
 func newACLServer(t *testing.T) *aclServer {
 	s := &aclServer{addr: redistest.Start(t, "--acllog-max-len", "1000").Addr()}
 	s.admin = redis.NewClient(&redis.Options{Addr: s.addr, MaxRetries: -1})
@@ -262,6 +282,7 @@ func (u *aclUser) lockerOn(client redis.UniversalClient, opts ...Option) *aclLoc
 	base := []Option{WithClock(u.clock), WithTTL(9 * time.Second), WithBackoff(time.Millisecond, 5*time.Millisecond)}
 	l, err := New(client, append(base, opts...)...)
 	require.NoError(u.t, err)
+	u.t.Cleanup(func() { _ = l.Close() })
 	return &aclLocker{l}
 }
 
@@ -496,6 +517,50 @@ func useWakeups(u *aclUser) error {
 		return fmt.Errorf("waiter: %w", err)
 	}
 	return nil
+}
+
+// useHandoff: a waiter that gives up leaves the key's queue; another
+// queues, and the holder's release hands the key straight to it: no DEL
+// runs between the two holders.
+func useHandoff(u *aclUser) error {
+	const key = "lock.handoff"
+	holder, err := u.locker().TryAcquire(ctx, key)
+	if err != nil {
+		return err
+	}
+	quitCtx, quit := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer quit()
+	if _, err := u.locker().Acquire(quitCtx, key); !errors.Is(err, ErrNotAcquired) {
+		return fmt.Errorf("a waiter that gave up: %v", err)
+	}
+	if n := u.server.admin.LLen(ctx, waitersKey(key)).Val(); n != 0 {
+		return fmt.Errorf("a waiter that gave up left %d entries in the queue", n)
+	}
+	waitCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	acquired := make(chan *Lock, 1)
+	go func() {
+		lock, _ := u.locker().Acquire(waitCtx, key)
+		acquired <- lock
+	}()
+	for u.server.admin.LLen(ctx, waitersKey(key)).Val() == 0 {
+		if waitCtx.Err() != nil {
+			return fmt.Errorf("the waiter never queued (refused: %v)", u.refusals())
+		}
+		time.Sleep(time.Millisecond)
+	}
+	dels := u.server.calls("del")
+	if err := holder.Release(ctx); err != nil {
+		return fmt.Errorf("release: %w", err)
+	}
+	lock := <-acquired
+	if lock == nil {
+		return errors.New("the waiter did not acquire")
+	}
+	if n := u.server.calls("del"); n != dels {
+		return fmt.Errorf("the release deleted the key (%d DEL) instead of handing it over", n-dels)
+	}
+	return lock.Release(ctx)
 }
 
 // subscribed reports whether someone listens on channel, or the user was

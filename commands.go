@@ -28,9 +28,15 @@ type claim struct {
 // claimKey is an attempt's first step: SETNX key <our value>, the safety
 // net (H6) and with fencing the token; and when the key exists, GET of the
 // holder's value. It is one script where scripts run, else the commands.
-func (l *Locker) claimKey(ctx context.Context, key string, ours lease) (claim, error) {
+func (l *Locker) claimKey(ctx context.Context, key string, ours lease, entry *queueEntry) (claim, error) {
 	if l.scripts.usable() {
-		c, err := l.scriptedClaim(ctx, key, ours)
+		c, err := l.scriptedClaim(ctx, key, ours, entry)
+		if entry != nil && refused(err) {
+			// The queue is refused, not necessarily scripts: stop queueing
+			// (the caller then waits as before) and attempt unqueued.
+			l.handoff.off.Store(true)
+			c, err = l.scriptedClaim(ctx, key, ours, nil)
+		}
 		if !l.scripts.fallBackIfRefused(err) {
 			if err != nil {
 				return claim{}, fmt.Errorf("setnxlock: acquire script on %q: %w", key, err)

@@ -386,3 +386,33 @@ func ExampleWithFormat() {
 	// 1795348805001
 	// <nil>
 }
+
+// Two workers on one key: the second waits in the key's queue, and the
+// first one's Release hands the lock straight to it. Close stops the
+// waiting Locker's background listening once it is no longer needed.
+func ExampleLocker_Close() {
+	client, done := newClient()
+	defer done()
+	ctx := context.Background()
+
+	first, _ := setnxlock.New(client)
+	second, _ := setnxlock.New(client)
+	defer second.Close()
+
+	lock, _ := first.Acquire(ctx, "lock.queue")
+	handed := make(chan *setnxlock.Lock)
+	go func() {
+		next, err := second.Acquire(ctx, "lock.queue") // queues, then is handed the lock
+		if err != nil {
+			panic(err)
+		}
+		handed <- next
+	}()
+	time.Sleep(50 * time.Millisecond) // let the second worker queue
+	_ = lock.Release(ctx)
+	next := <-handed
+	fmt.Println("second worker holds", next.Key())
+	_ = next.Release(ctx)
+	// Output:
+	// second worker holds lock.queue
+}

@@ -25,11 +25,15 @@ func (k *Lock) FencingToken() int64 { return k.fencingToken }
 // Cluster give such a key a hash tag of its own, or acquisitions fail with
 // CROSSSLOT. The counter has no expiry: it must outlive every lock on the
 // key, and it needs persistence to survive a restart (H9).
-func FenceKey(key string) string {
+func FenceKey(key string) string { return sameSlotKey(key, ".fence") }
+
+// sameSlotKey names a key of the library's own beside key, in key's
+// Cluster slot: key itself as the hash tag, unless key has one already.
+func sameSlotKey(key, suffix string) string {
 	if hasHashTag(key) {
-		return key + ".fence"
+		return key + suffix
 	}
-	return "{" + key + "}.fence"
+	return "{" + key + "}" + suffix
 }
 
 // hasHashTag applies Redis Cluster's rule: a '{' followed later by a '}'

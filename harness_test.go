@@ -73,6 +73,7 @@ func (b *backend) lockerOn(t testing.TB, client redis.UniversalClient, opts ...O
 	base := []Option{WithClassicCommands(), WithClock(b.clock), WithTTL(10 * time.Second), WithBackoff(time.Millisecond, 5*time.Millisecond)}
 	l, err := New(client, append(base, opts...)...)
 	require.NoError(t, err)
+	t.Cleanup(func() { _ = l.Close() }) // before its client closes: cleanups run last first
 	return l
 }
 

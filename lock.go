@@ -24,6 +24,7 @@ type Locker struct {
 	scripts featureSwitch // the one-round-trip scripts (scripts.go)
 	setNXPX featureSwitch // SET key value NX PX: SETNX and the safety net in one command
 	wakeups featureSwitch // PUBLISH on release, SUBSCRIBE while waiting (wakeup.go)
+	handoff handoffs      // releases hand the key to a queued waiter (handoff.go)
 
 	transactionsChecked atomic.Bool // the server accepted MULTI (checkTransactions)
 }
@@ -48,6 +49,7 @@ func New(client redis.UniversalClient, opts ...Option) (*Locker, error) {
 		return nil, err
 	}
 	l := &Locker{client: client, cfg: cfg}
+	l.handoff.id = newToken()
 	l.scripts.off.Store(cfg.noScripts || cfg.classic)
 	l.setNXPX.off.Store(cfg.classic)
 	return l, nil
@@ -75,7 +77,7 @@ const maxStartOvers = 3
 // ErrNotAcquired at once if another client holds a live lease. A lease whose
 // expiry has passed by the Locker's clock is taken over (see deadlock.go).
 func (l *Locker) TryAcquire(ctx context.Context, key string) (*Lock, error) {
-	lock, _, err := l.tryAcquire(ctx, key)
+	lock, _, err := l.tryAcquire(ctx, key, nil)
 	return lock, err
 }
 
@@ -87,8 +89,10 @@ type refusal struct {
 }
 
 // tryAcquire is one attempt of the SETNX page's algorithm. When the lock is
-// held it also returns what it learned about the holder's lease.
-func (l *Locker) tryAcquire(ctx context.Context, key string) (*Lock, refusal, error) {
+// held it also returns what it learned about the holder's lease. A queued
+// attempt (entry not nil, see handoff.go) writes entry's token, queues when
+// refused, and takes a lease a release has handed to entry.
+func (l *Locker) tryAcquire(ctx context.Context, key string, entry *queueEntry) (*Lock, refusal, error) {
 	if key == "" {
 		return nil, refusal{}, fmt.Errorf("%w: empty key", ErrInvalidArgument)
 	}
@@ -97,10 +101,13 @@ func (l *Locker) tryAcquire(ctx context.Context, key string) (*Lock, refusal, er
 	}
 	for range maxStartOvers {
 		ours := l.newLease(l.cfg.clock.Now())
+		if entry != nil {
+			ours = l.cfg.format.newLease(l.cfg.clock.Now(), l.cfg.ttl, entry.token)
+		}
 
 		// Step 1: SETNX key <expiry>; step 2, when the key exists: GET it
 		// to read whose lease it is.
-		claimed, err := l.claimKey(ctx, key, ours)
+		claimed, err := l.claimKey(ctx, key, ours, entry)
 		if err != nil {
 			// H5: the server may have applied SETNX and only the reply was
 			// lost, or a 0 may have come from go-redis resending a SETNX
@@ -119,6 +126,13 @@ func (l *Locker) tryAcquire(ctx context.Context, key string) (*Lock, refusal, er
 			continue // released between SETNX and GET: start over
 		}
 		now := l.cfg.clock.Now()
+		if entry != nil && tokenOf(current) == entry.token {
+			// A release handed us the key and its message has not reached
+			// us (or was lost): the lease is ours while it lasts.
+			if lock, err := l.takeHanded(key, current); err == nil {
+				return lock, refusal{}, nil
+			}
+		}
 		if write, ok := l.recognise(key, current, ours, now); ok {
 			if l.cfg.fencing {
 				// The lease is ours but its fencing token went with the
@@ -149,6 +163,12 @@ func (l *Locker) tryAcquire(ctx context.Context, key string) (*Lock, refusal, er
 		// Step 3: the holder's lease has expired: try to take it over.
 		lock, startOver, err := l.takeOver(ctx, key, current)
 		if !startOver {
+			if err == nil && entry != nil { // the refused claim queued us
+				// Won outside the queue: our entry must not be handed the
+				// key later. Best effort: a stale entry is skipped once
+				// our Locker stops listening.
+				_ = l.client.LRem(ctx, waitersKey(key), 0, entry.member).Err()
+			}
 			return lock, refusal{}, err
 		}
 	}
@@ -235,19 +255,29 @@ func (l *Locker) setSafetyNet(ctx context.Context, key string, won lease) {
 	_ = l.client.PExpire(ctx, key, l.safetyNet(won.length())).Err()
 }
 
-// Acquire takes the lock on key, waiting while another client holds it. It
-// is woken as soon as a Locker releases the key (pub/sub, see WakeChannel),
-// and otherwise retries with exponential backoff and jitter (WithBackoff),
-// never sleeping much past the holder's lease when that is known; it
-// retries transient network errors. It has no deadline of its own: when
+// Acquire takes the lock on key, waiting while another client holds it.
+// Where it can it queues on the key, and a Locker's Release hands it the
+// lock directly, in order of arrival (handoff.go; see Locker.Close);
+// otherwise it is woken as soon as a Locker releases the key (pub/sub, see
+// WakeChannel). Either way it also retries with exponential backoff and
+// jitter (WithBackoff), never sleeping much past the holder's lease when
+// that is known; it retries transient network errors. It has no deadline of its own: when
 // ctx ends first it returns an error matching both ErrNotAcquired and
 // ctx.Err().
 func (l *Locker) Acquire(ctx context.Context, key string) (*Lock, error) {
 	backoff := newBackoff(l.cfg.minBackoff, l.cfg.maxBackoff)
 	var released *wakeup
 	defer func() { released.close() }()
+	if l.queues() && l.handoff.listening() {
+		// Already listening (another wait of this Locker, or a recent
+		// one): the first attempt may as well queue, saving a refused
+		// round trip when the key is held. It costs nothing when it is not.
+		if lock, err, queued := l.waitInQueue(ctx, key); queued {
+			return lock, err
+		}
+	}
 	for {
-		lock, refused, err := l.tryAcquire(ctx, key)
+		lock, refused, err := l.tryAcquire(ctx, key, nil)
 		if err == nil {
 			return lock, nil
 		}
@@ -258,6 +288,11 @@ func (l *Locker) Acquire(ctx context.Context, key string) (*Lock, error) {
 			return nil, err
 		}
 		if released == nil && errors.Is(err, ErrNotAcquired) {
+			if l.queues() {
+				if lock, err, queued := l.waitInQueue(ctx, key); queued {
+					return lock, err
+				}
+			}
 			if released = l.subscribe(ctx, key); released != nil {
 				continue // attempt once more now that no release can go unheard
 			}
@@ -396,7 +431,14 @@ func (k *Lock) release(ctx context.Context) error {
 // scripts run, else WATCH/GET/MULTI/DEL/PUBLISH/EXEC.
 func (l *Locker) deleteIfOwned(ctx context.Context, k *Lock) (bool, error) {
 	if l.scripts.usable() {
+		handing := l.handsOver()
 		deleted, err := l.scriptedRelease(ctx, k)
+		if handing && refused(err) {
+			// The ACL user may run scripts but not touch the queue: stop
+			// handing over rather than stop scripting (handoff.go).
+			l.handoff.off.Store(true)
+			deleted, err = l.scriptedRelease(ctx, k)
+		}
 		if !l.scripts.fallBackIfRefused(err) {
 			return deleted, err
 		}

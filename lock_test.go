@@ -264,11 +264,15 @@ func TestAcquireWaitsForTheHolderToRelease(t *testing.T) {
 		holder, err := b.locker(t).TryAcquire(ctx, "lock.k")
 		require.NoError(t, err)
 		released := make(chan struct{})
+		releaseErr := make(chan error, 1)
 		go func() {
 			time.Sleep(20 * time.Millisecond)
 			close(released)
-			assert.NoError(t, holder.Release(ctx))
+			releaseErr <- holder.Release(ctx)
 		}()
+		// The holder's Release must return before the test ends and its
+		// client closes, even when the waiter is quicker.
+		defer func() { assert.NoError(t, <-releaseErr) }()
 
 		ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
