@@ -99,9 +99,8 @@ func (l *Locker) waitInQueue(ctx context.Context, key string) (lock *Lock, err e
 	entry := l.newQueueEntry()
 	handed := l.handoff.expect(entry.token)
 	defer l.handoff.forget(entry.token)
-	timer := time.NewTimer(0)
+	timer := time.NewTimer(announcedPoll) // reset before each wait
 	defer timer.Stop()
-	<-timer.C
 	for {
 		lock, refused, err := l.tryAcquire(ctx, key, entry)
 		if err == nil {
@@ -130,9 +129,8 @@ func (l *Locker) waitInQueue(ctx context.Context, key string) (lock *Lock, err e
 				return lock, nil, true
 			}
 			// Over before we heard of it: the next attempt sees the key.
-			if !timer.Stop() {
-				<-timer.C
-			}
+			// (Since Go 1.23 Reset needs no drained channel, and draining
+			// after a failed Stop would block for good.)
 		case <-timer.C:
 		case <-ctx.Done():
 			l.leaveQueue(ctx, key, entry)
