@@ -47,6 +47,13 @@ var aclFeatures = []aclFeature{
 
 	{name: "optional: scripted fast path", rules: "+evalsha +eval", use: useCore, scripted: true,
 		optional: refusedCommands("evalsha", "eval")},
+	// The release script remembers each release for the rest of its lease
+	// (releasedKey), so that a release go-redis resent after a lost reply
+	// knows its own work (H5) instead of reporting the lease lost.
+	{name: "optional: a resent release knows its own work", rules: "+evalsha +eval +zadd +zscore +zremrangebyscore +pttl ~{lock.*}.released", use: useReleaseMarker, scripted: true,
+		optional: func(e *redis.ACLLogEntry) bool {
+			return refusedCommands("zremrangebyscore")(e) || e.Reason == "key" && strings.HasSuffix(e.Object, ".released")
+		}},
 	{name: "optional: SET NX PX fast path", rules: "+set", use: useCore,
 		optional: refusedCommands("set")},
 	// A subscription idle for 3s also gets a PING from go-redis's health
@@ -58,7 +65,7 @@ var aclFeatures = []aclFeature{
 			return refusedCommands("publish", "subscribe")(e) || e.Reason == "channel" && strings.HasPrefix(e.Object, WakeChannel(""))
 		}},
 
-	{name: "optional: handoff to queued waiters", rules: "+evalsha +eval +publish +subscribe +rpush +lrem +lpop +set &setnxlock:handoff:* ~{lock.*}.waiters", use: useHandoff, scripted: true,
+	{name: "optional: handoff to queued waiters", rules: "+evalsha +eval +publish +subscribe +zadd +zrem +zrange +zscore +pttl +set &setnxlock:handoff:* ~{lock.*}.waiters", use: useHandoff, scripted: true,
 		optional: func(e *redis.ACLLogEntry) bool {
 			return e.Reason == "channel" && strings.HasPrefix(e.Object, handoffChannelPrefix) ||
 				e.Reason == "key" && strings.HasSuffix(e.Object, ".waiters")
@@ -242,7 +249,7 @@ const aclPassword = "secret"
 // for it, with a ManualClock of its own.
 func (s *aclServer) user(t *testing.T, options func(*redis.Options), rules ...string) *aclUser {
 	t.Helper()
-	u := &aclUser{t: t, server: s, name: fmt.Sprintf("u%d", s.users.Add(1)), options: options, clock: NewManualClock(epoch)}
+	u := &aclUser{t: t, server: s, name: fmt.Sprintf("u%d", s.users.Add(1)), options: options, clock: NewManualClock(clockStart())}
 	args := []any{"ACL", "SETUSER", u.name, "reset", "on", ">" + aclPassword}
 	for _, r := range rules {
 		args = append(args, r)
@@ -513,7 +520,7 @@ func useWakeups(u *aclUser) error {
 	if err := holder.Release(ctx); err != nil {
 		return fmt.Errorf("release: %w", err)
 	}
-	if err := <-acquired; err != nil {
+	if err := <-acquired; err != nil { // bounded: the waiter's Acquire runs under waitCtx
 		return fmt.Errorf("waiter: %w", err)
 	}
 	return nil
@@ -533,7 +540,7 @@ func useHandoff(u *aclUser) error {
 	if _, err := u.locker().Acquire(quitCtx, key); !errors.Is(err, ErrNotAcquired) {
 		return fmt.Errorf("a waiter that gave up: %v", err)
 	}
-	if n := u.server.admin.LLen(ctx, waitersKey(key)).Val(); n != 0 {
+	if n := u.server.admin.ZCard(ctx, waitersKey(key)).Val(); n != 0 {
 		return fmt.Errorf("a waiter that gave up left %d entries in the queue", n)
 	}
 	waitCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
@@ -543,7 +550,7 @@ func useHandoff(u *aclUser) error {
 		lock, _ := u.locker().Acquire(waitCtx, key)
 		acquired <- lock
 	}()
-	for u.server.admin.LLen(ctx, waitersKey(key)).Val() == 0 {
+	for u.server.admin.ZCard(ctx, waitersKey(key)).Val() == 0 {
 		if waitCtx.Err() != nil {
 			return fmt.Errorf("the waiter never queued (refused: %v)", u.refusals())
 		}
@@ -553,7 +560,7 @@ func useHandoff(u *aclUser) error {
 	if err := holder.Release(ctx); err != nil {
 		return fmt.Errorf("release: %w", err)
 	}
-	lock := <-acquired
+	lock := <-acquired // bounded: the waiter's Acquire runs under waitCtx
 	if lock == nil {
 		return errors.New("the waiter did not acquire")
 	}
@@ -577,4 +584,25 @@ func (u *aclUser) subscribed(channel string) bool {
 		}
 	}
 	return false
+}
+
+// useReleaseMarker: a scripted release leaves the marker by which a copy
+// of it resent after a lost reply recognises its own work; the copy, run
+// again here as go-redis would resend it, does.
+func useReleaseMarker(u *aclUser) error {
+	l := u.locker()
+	lock, err := l.TryAcquire(ctx, "lock.marked")
+	if err != nil {
+		return fmt.Errorf("acquire: %w", err)
+	}
+	if err := lock.Release(ctx); err != nil {
+		return fmt.Errorf("release: %w", err)
+	}
+	if !l.caps.allows(capReleaseMarker) {
+		return errors.New("the release marker was switched off")
+	}
+	if ours, err := l.runRelease(ctx, lock, true, false); err != nil || !ours {
+		return fmt.Errorf("the resent release did not know its own work: %v, %v", ours, err)
+	}
+	return nil
 }

@@ -6,19 +6,23 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/assert"
+
+	"github.com/setnxlock/setnxlock/internal/await"
 )
 
 func TestManualClockMovesOnlyWhenTold(t *testing.T) {
-	c := NewManualClock(epoch)
-	assert.Equal(t, epoch, c.Now())
+	start := clockStart()
+	c := NewManualClock(start)
+	assert.Equal(t, start, c.Now())
 	c.Advance(time.Second)
-	assert.Equal(t, epoch.Add(time.Second), c.Now())
-	c.Set(epoch.Add(-time.Hour))
-	assert.Equal(t, epoch.Add(-time.Hour), c.Now())
+	assert.Equal(t, start.Add(time.Second), c.Now())
+	c.Set(start.Add(-time.Hour))
+	assert.Equal(t, start.Add(-time.Hour), c.Now())
 }
 
 func TestManualClockIsSafeForConcurrentUse(t *testing.T) {
-	c := NewManualClock(epoch)
+	start := clockStart()
+	c := NewManualClock(start)
 	var wg sync.WaitGroup
 	for range 8 {
 		wg.Add(1)
@@ -30,8 +34,8 @@ func TestManualClockIsSafeForConcurrentUse(t *testing.T) {
 			}
 		}()
 	}
-	wg.Wait()
-	assert.Equal(t, epoch.Add(8*time.Second), c.Now())
+	await.Group(t, &wg, "8 goroutines advancing the clock")
+	assert.Equal(t, start.Add(8*time.Second), c.Now())
 }
 
 func TestSystemClockFollowsTheWallClock(t *testing.T) {
@@ -42,7 +46,8 @@ func TestSystemClockFollowsTheWallClock(t *testing.T) {
 }
 
 func TestManualClockAfterFiresOnlyWhenTheClockGetsThere(t *testing.T) {
-	c := NewManualClock(epoch)
+	start := clockStart()
+	c := NewManualClock(start)
 	fired := c.After(time.Second)
 	c.Advance(999 * time.Millisecond)
 	select {
@@ -51,8 +56,8 @@ func TestManualClockAfterFiresOnlyWhenTheClockGetsThere(t *testing.T) {
 	default:
 	}
 	c.Advance(time.Millisecond)
-	assert.Equal(t, epoch.Add(time.Second), <-fired)
-	assert.Equal(t, epoch.Add(time.Second), <-c.After(0), "a wait of zero fires at once")
-	at := c.waitUntil(epoch) // an instant already passed
-	assert.Equal(t, epoch.Add(time.Second), <-at)
+	assert.Equal(t, start.Add(time.Second), await.Recv(t, fired, "After(1s) firing once the clock got there"))
+	assert.Equal(t, start.Add(time.Second), await.Recv(t, c.After(0), "a wait of zero firing at once"))
+	at := c.waitUntil(start) // an instant already passed
+	assert.Equal(t, start.Add(time.Second), await.Recv(t, at, "a wait for a passed instant firing at once"))
 }

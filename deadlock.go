@@ -35,11 +35,14 @@ const restoreTimeout = time.Second
 // own value, which may expire before the winner's lease and let a third
 // client in. With the watch, a loser writes nothing.
 //
+// A queued attempt's takeover writes its entry's token and takes the entry
+// off the queue in the same transaction (queue.go).
+//
 // startOver is true when the key no longer holds expiredValue: someone else
 // took it over or released it, or it became another type; the caller should
 // look again.
-func (l *Locker) takeOver(ctx context.Context, key, expiredValue string) (lock *Lock, startOver bool, err error) {
-	ours := l.newLease(l.cfg.clock.Now())
+func (l *Locker) takeOver(ctx context.Context, key, expiredValue string, entry *queueEntry) (lock *Lock, startOver bool, err error) {
+	ours := l.newStamp(l.cfg.clock.Now(), entry)
 	getset := redis.NewStringCmd(ctx, "getset", key, ours.value)
 	var fence *redis.IntCmd
 
@@ -53,12 +56,18 @@ func (l *Locker) takeOver(ctx context.Context, key, expiredValue string) (lock *
 			if l.cfg.fencing {
 				fence = pipe.Incr(ctx, FenceKey(key)) // drawn with the takeover, atomically
 			}
+			if entry != nil {
+				pipe.ZRem(ctx, waitersKey(key), entry.member)
+			}
 		})
 	if err != nil {
+		if entry != nil {
+			l.caps.narrow(capQueue, err) // the queue refused inside transactions: stop queueing
+		}
 		// H5: if EXEC ran before its reply was lost, the key held the
 		// expired value and the lease is rightfully ours (WATCH guarantees
 		// it); let the next attempt recognise it.
-		l.remember(key, ours)
+		l.remember(key, ours, entry)
 		return nil, false, fmt.Errorf("setnxlock: take over %q: %w", key, err)
 	}
 	if !written {

@@ -9,6 +9,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/setnxlock/setnxlock/internal/await"
 )
 
 // A holder that crashes simply never releases. Its lease is respected until
@@ -16,12 +18,12 @@ import (
 // a watch on the expired value.
 func TestCrashedHolderIsRecoveredWithGetsetAfterExpiry(t *testing.T) {
 	onEachBackend(t, func(t *testing.T, b *backend) {
-		crashed, err := b.locker(t).TryAcquire(ctx, "lock.k")
+		crashed, err := b.classicLocker(t).TryAcquire(ctx, "lock.k")
 		require.NoError(t, err)
 
 		client := b.client(t)
 		sent := record(client)
-		waiter := b.lockerOn(t, client)
+		waiter := b.classicLockerOn(t, client)
 
 		b.clock.Advance(10*time.Second - time.Millisecond)
 		_, err = waiter.TryAcquire(ctx, "lock.k")
@@ -31,7 +33,7 @@ func TestCrashedHolderIsRecoveredWithGetsetAfterExpiry(t *testing.T) {
 		lock, err := waiter.TryAcquire(ctx, "lock.k")
 		require.NoError(t, err, "at the expiry instant the lease is over (the page: timestamp <= now)")
 		assert.Equal(t, "SETNX GET SETNX GET WATCH GET MULTI GETSET PEXPIRE EXEC", sent.names(), "taken over with a watched GETSET, never DEL")
-		assert.Equal(t, epoch.Add(20*time.Second), lock.ExpiresAt())
+		assert.Equal(t, b.start.Add(20*time.Second), lock.ExpiresAt())
 
 		require.ErrorIs(t, crashed.Release(ctx), ErrNotHeld)
 		require.NoError(t, lock.Release(ctx))
@@ -40,29 +42,36 @@ func TestCrashedHolderIsRecoveredWithGetsetAfterExpiry(t *testing.T) {
 
 // The seed page and the classic libraries write bare timestamps in seconds,
 // milliseconds or decimal seconds. Each is respected while live and
-// recovered once expired.
+// recovered once expired. A whole number of seconds T is held through the
+// end of second T (issue 11, finding 12: kvz/cronlock releases by writing
+// T and, moments later, an EXPIREAT T that deletes whatever the key holds);
+// the other formats end exactly at the instant they state.
 func TestClassicValuesAreRespectedAndRecovered(t *testing.T) {
-	at := epoch.Add(30 * time.Second) // every value below expires at this instant
-	formats := map[string]string{
-		"integer seconds (SETNX page)":        strconv.FormatInt(at.Unix(), 10),
-		"integer ms (redis-lock, jedis-lock)": strconv.FormatInt(at.UnixMilli(), 10),
-		"decimal seconds (redis-py)":          fmt.Sprintf("%d.000", at.Unix()),
-		"decimal seconds, 2 digits":           fmt.Sprintf("%d.00", at.Unix()),
-		"ms with owner suffix":                strconv.FormatInt(at.UnixMilli(), 10) + ":host-42:pid-7",
-		"seconds with space suffix":           strconv.FormatInt(at.Unix(), 10) + " worker",
+	at := clockStart().Add(30 * time.Second) // every value below states this instant
+	formats := map[string]struct {
+		value       string
+		heldThrough time.Duration // after at
+	}{
+		"integer seconds (SETNX page)":        {strconv.FormatInt(at.Unix(), 10), time.Second},
+		"integer ms (redis-lock, jedis-lock)": {strconv.FormatInt(at.UnixMilli(), 10), 0},
+		"decimal seconds (redis-py)":          {fmt.Sprintf("%d.000", at.Unix()), 0},
+		"decimal seconds, 2 digits":           {fmt.Sprintf("%d.00", at.Unix()), 0},
+		"ms with owner suffix":                {strconv.FormatInt(at.UnixMilli(), 10) + ":host-42:pid-7", 0},
+		"seconds with space suffix":           {strconv.FormatInt(at.Unix(), 10) + " worker", time.Second},
 	}
 	onEachBackend(t, func(t *testing.T, b *backend) {
-		for name, value := range formats {
+		for name, f := range formats {
 			t.Run(name, func(t *testing.T) {
-				b.clock.Set(at.Add(-time.Millisecond))
-				b.set(t, "lock.classic", value)
+				ends := at.Add(f.heldThrough)
+				b.clock.Set(ends.Add(-time.Millisecond))
+				b.set(t, "lock.classic", f.value)
 				l := b.locker(t)
 
 				_, err := l.TryAcquire(ctx, "lock.classic")
 				require.ErrorIs(t, err, ErrNotAcquired)
-				assert.Equal(t, value, b.value(t, "lock.classic"))
+				assert.Equal(t, f.value, b.value(t, "lock.classic"))
 
-				b.clock.Set(at)
+				b.clock.Set(ends)
 				lock, err := l.TryAcquire(ctx, "lock.classic")
 				require.NoError(t, err)
 				require.NoError(t, lock.Release(ctx))
@@ -75,14 +84,14 @@ func TestClassicValuesAreRespectedAndRecovered(t *testing.T) {
 // ErrNotLockValue and left exactly as it was, however expired it might look.
 func TestForeignValuesAreReportedAndLeftUntouched(t *testing.T) {
 	garbage := []string{
-		"", "hello", "-5", "+17", " 1732000000", "1732000000x", "17.", ".5",
+		"", "hello", "-5", "+17", " 900000000", "900000000x", "17.", ".5",
 		"1.2.3", "99999999999999999999", "123456789012345", "0x1F", "1e9", "NaN",
 	}
 	onEachBackend(t, func(t *testing.T, b *backend) {
-		b.clock.Set(epoch.Add(1000 * time.Hour)) // everything readable would be long expired
+		b.clock.Set(b.start.Add(1000 * time.Hour)) // everything readable would be long expired
 		client := b.client(t)
 		sent := record(client)
-		l := b.lockerOn(t, client)
+		l := b.classicLockerOn(t, client)
 		for _, value := range garbage {
 			b.set(t, "lock.garbage", value)
 			sent.reset()
@@ -97,7 +106,7 @@ func TestForeignValuesAreReportedAndLeftUntouched(t *testing.T) {
 		require.ErrorIs(t, err, ErrNotLockValue)
 		assert.Equal(t, []string{"a", "b"}, b.raw.LRange(ctx, "lock.list", 0, -1).Val())
 
-		_, err = l.Acquire(ctx, "lock.list")
+		_, err = l.Acquire(await.Context(t), "lock.list")
 		require.ErrorIs(t, err, ErrNotLockValue, "Acquire must not spin on a key it can never take")
 	})
 }
@@ -106,14 +115,14 @@ func TestForeignValuesAreReportedAndLeftUntouched(t *testing.T) {
 // seen inside the watch; nothing is written and the garbage is reported.
 func TestGarbageWrittenDuringATakeoverIsLeftAlone(t *testing.T) {
 	onEachBackend(t, func(t *testing.T, b *backend) {
-		b.crashedHolder(t, "lock.k")
+		b.classicCrashedHolder(t, "lock.k")
 		client := b.client(t)
 		sent := record(client)
 		hookCommand(client, "watch", func(send func() error) error {
 			b.set(t, "lock.k", "not a lock")
 			return send()
 		})
-		_, err := b.lockerOn(t, client).TryAcquire(ctx, "lock.k")
+		_, err := b.classicLockerOn(t, client).TryAcquire(ctx, "lock.k")
 		require.ErrorIs(t, err, ErrNotLockValue)
 		assert.Equal(t, "not a lock", b.value(t, "lock.k"))
 		assert.Equal(t, "SETNX GET WATCH GET UNWATCH SETNX GET", sent.names(), "nothing may be written")
@@ -141,7 +150,7 @@ func TestATakeoverLoserWritesNothing(t *testing.T) {
 					loser.lost.arm()
 				}
 				loser.sawExpired.pass()
-				err = <-loser.done
+				err = await.Recv(t, loser.done, "the racer's TryAcquire")
 				require.Error(t, err)
 				if !repliesLost {
 					require.ErrorIs(t, err, ErrNotAcquired)
@@ -164,20 +173,20 @@ func TestATakeoverLoserWritesNothing(t *testing.T) {
 // reports ErrWatchIgnored, which Acquire does not retry.
 func TestAServerThatIgnoresWatchIsDetected(t *testing.T) {
 	onEachBackend(t, func(t *testing.T, b *backend) {
-		b.crashedHolder(t, "lock.k")
+		b.classicCrashedHolder(t, "lock.k")
 		client := b.client(t)
 		client.AddHook(watchIgnored{})
 		checked := gateAfter(t, client, "get", 2) // the GET inside the would-be watch
 		loserDone := make(chan error, 1)
-		go func() { _, err := b.lockerOn(t, client).TryAcquire(ctx, "lock.k"); loserDone <- err }()
+		go func() { _, err := b.classicLockerOn(t, client).TryAcquire(ctx, "lock.k"); loserDone <- err }()
 		checked.wait(t)
 
-		winner, err := b.locker(t).TryAcquire(ctx, "lock.k")
+		winner, err := b.classicLocker(t).TryAcquire(ctx, "lock.k")
 		require.NoError(t, err)
 		winnersValue := b.value(t, "lock.k")
 		checked.pass()
 
-		require.ErrorIs(t, <-loserDone, ErrWatchIgnored)
+		require.ErrorIs(t, await.Recv(t, loserDone, "the loser's TryAcquire"), ErrWatchIgnored)
 		assert.Equal(t, winnersValue, b.value(t, "lock.k"), "the loser must put the winner's value back")
 		require.NoError(t, winner.Release(ctx))
 	})
@@ -218,7 +227,7 @@ func TestAStaleRacerLeavesTheNextHolderAlone(t *testing.T) {
 
 		stale.lost.arm()
 		stale.sawExpired.pass()
-		require.Error(t, <-stale.done)
+		require.Error(t, await.Recv(t, stale.done, "the stale racer's TryAcquire"))
 		assert.Equal(t, nextValue, b.value(t, "lock.k"))
 		require.NoError(t, next.Release(ctx))
 		assert.Equal(t, "<missing>", b.value(t, "lock.k"))
@@ -232,14 +241,14 @@ func TestAStaleRacerLeavesTheNextHolderAlone(t *testing.T) {
 func TestARetriedReleaseLeavesTheNextHolderAlone(t *testing.T) {
 	onEachBackend(t, func(t *testing.T, b *backend) {
 		client := b.client(t)
-		holder, err := b.lockerOn(t, client).TryAcquire(ctx, "lock.k")
+		holder, err := b.classicLockerOn(t, client).TryAcquire(ctx, "lock.k")
 		require.NoError(t, err)
 		loseReply(client, "exec")
 
 		err = holder.Release(ctx)
 		require.Error(t, err)
 		require.NotErrorIs(t, err, ErrNotHeld, "the outcome is unknown to the holder")
-		next, err := b.locker(t).TryAcquire(ctx, "lock.k")
+		next, err := b.classicLocker(t).TryAcquire(ctx, "lock.k")
 		require.NoError(t, err)
 		nextValue := b.value(t, "lock.k")
 
@@ -255,7 +264,7 @@ func TestARetriedReleaseLeavesTheNextHolderAlone(t *testing.T) {
 func TestAReleaseStalledPastItsLeaseLeavesTheTakerAlone(t *testing.T) {
 	onEachBackend(t, func(t *testing.T, b *backend) {
 		client := b.client(t)
-		holder, err := b.lockerOn(t, client).TryAcquire(ctx, "lock.k")
+		holder, err := b.classicLockerOn(t, client).TryAcquire(ctx, "lock.k")
 		require.NoError(t, err)
 		b.clock.Set(holder.ExpiresAt().Add(-time.Millisecond))
 		beforeWatch := gateBefore(t, client, "watch", 1)
@@ -264,12 +273,12 @@ func TestAReleaseStalledPastItsLeaseLeavesTheTakerAlone(t *testing.T) {
 		beforeWatch.wait(t) // Release judged the lease live, then stalled
 
 		b.clock.Set(holder.ExpiresAt()) // ExpiresAt must not wait for the stalled Release
-		taker, err := b.locker(t).TryAcquire(ctx, "lock.k")
+		taker, err := b.classicLocker(t).TryAcquire(ctx, "lock.k")
 		require.NoError(t, err)
 		takersValue := b.value(t, "lock.k")
 		beforeWatch.pass()
 
-		require.ErrorIs(t, <-released, ErrNotHeld)
+		require.ErrorIs(t, await.Recv(t, released, "the stalled Release"), ErrNotHeld)
 		assert.Equal(t, takersValue, b.value(t, "lock.k"))
 		require.NoError(t, taker.Release(ctx))
 	})
@@ -299,7 +308,7 @@ func TestRaceToRecoverAnExpiredLockHasExactlyOneWinner(t *testing.T) {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					<-start
+					<-start // bounded: closed below once every racer is started
 					lock, err := l.TryAcquire(ctx, "lock.race")
 					if err != nil {
 						assert.ErrorIs(t, err, ErrNotAcquired)
@@ -311,7 +320,7 @@ func TestRaceToRecoverAnExpiredLockHasExactlyOneWinner(t *testing.T) {
 				}()
 			}
 			close(start)
-			wg.Wait()
+			await.Group(t, &wg, "round %d's racers", round)
 			require.Len(t, winners, 1, "round %d", round)
 			require.NoError(t, winners[0].Release(ctx), "round %d: the winner must be able to release", round)
 			require.Equal(t, "<missing>", b.value(t, "lock.race"), "round %d", round)

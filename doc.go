@@ -1,30 +1,65 @@
 // Package setnxlock implements Redis locks with the classic algorithm of the
 // Redis SETNX command page, done as safely as that algorithm allows.
 //
-// A lock is a key whose value is the expiry of the holder's lease:
+// A lock is a key whose value states when the holder's lease ends:
 //
 //  1. SETNX key <expiry>: 1 means the lock is ours.
 //  2. Otherwise GET key. A live expiry means someone else holds it.
-//  3. An expired one means its holder crashed: GETSET key <new expiry>, and
-//     the lock is ours only if the value GETSET returned was still expired.
-//     The GETSET runs inside WATCH/MULTI/EXEC on the expired value, so of
-//     the clients racing for it only the winner's executes and a loser never
-//     overwrites the winner's value.
+//  3. An expired one means its holder crashed: GETSET key <new expiry>,
+//     inside WATCH/MULTI/EXEC on the expired value, so that of the clients
+//     racing for it only the winner's GETSET runs.
 //
-// Release deletes the key only while it still holds our exact value, in a
-// WATCH/MULTI/EXEC transaction. Nothing newer than SETNX, GET, GETSET, DEL
-// and WATCH/MULTI/EXEC is needed, so it works where scripting is disabled,
-// on old servers and on Redis-protocol servers, and it can share keys with
-// services in other languages that lock this way: it reads every classic
-// value format (Unix seconds or milliseconds, integer or decimal).
+// Release deletes the key only while it still holds our value, atomically.
+// Nothing newer than SETNX, GET, GETSET, DEL and WATCH/MULTI/EXEC is needed;
+// scripts, SET NX PX and pub/sub are used where allowed, never for
+// correctness. Values we write are "<expiry Unix ms>:<owner token>"; every
+// classic format is read (Unix seconds or milliseconds, integer or decimal).
 //
-// Values we write are "<expiry unix ms>:<random owner token>", which makes
-// ownership exact. The comments name the hazards H1–H9 of the design
-// document where the code handles them.
+// # The map
+//
+// Acquiring: Acquire (acquire.go) repeats one attempt, the page's three
+// steps plus recognising our own writes whose reply was lost (pending.go),
+// and waits in between (wait.go). The takeover of an expired lease is
+// deadlock.go; the transaction core every guarded write runs in is
+// transaction.go.
+//
+// The three paths (path.go), one interface, chosen in one place (onPath):
+//   - scripts (scripts.go, the Lua in lua/, one job per file): one round
+//     trip per attempt and per release; the default;
+//   - commands (commands.go): SET NX PX, GET, a watched delete;
+//     WithoutScripts, or after scripts are refused;
+//   - classic (commands.go): SETNX and PEXPIRE; WithClassicCommands, or a
+//     server without SET's options.
+//
+// The three ways to wait (wait.go):
+//   - the queue (queue.go, handoff.go): a release hands the key to the
+//     first waiter in line, which claims it; the default on one server;
+//   - wake-ups (wakeup.go): a release is announced on the key's channel;
+//   - polling with backoff (retry.go), capped at the holder's lease.
+//
+// The Lock (lock.go) owns its values; its lease (lease.go) says when it
+// ends, and is renewed, watched and reported by lifecycle.go and
+// refresh.go. What the server and user allow is capabilities.go, read from
+// replies by their error code (replies.go). Keys and channel names:
+// keys.go. Values: value.go (reading), format.go (writing). Also: clock.go,
+// serverclock.go, fencing.go, observer.go, options.go, errors.go.
+//
+// # Hazards
+//
+// The comments name the hazard they handle:
+//
+//	H1  DEL-then-SETNX lets two clients in: expired locks are taken only by the watched GETSET (deadlock.go)
+//	H2  the GETSET loser overwrites the winner: its GETSET never runs (deadlock.go)
+//	H3  release or refresh after our lease ended: compare-and-delete/-set on our value (lock.go, refresh.go, lua/owned.lua)
+//	H4  clocks disagree: one Clock per Locker, ServerClock, WithSkewMargin (clock.go, serverclock.go, acquire.go)
+//	H5  a reply is lost after the write applied: our writes are recognised (pending.go, queue.go, lua/release.lua)
+//	H6  keys left forever: a relative PEXPIRE a grace past every lease (acquire.go, commands.go)
+//	H7  the key holds no lock value: ErrNotLockValue, the key untouched (value.go)
+//	H8  the holder stalls past its lease: Done, Err, Context, fencing tokens (lifecycle.go, fencing.go)
+//	H9  a restart without persistence, or a failover, loses the key: documented (README)
 //
 // Safety rests on clocks: every process locking the same key must agree on
-// the time to within a bound far below the lease length, because an expired
-// lease is judged by the reader's clock. A holder that pauses past its lease
-// (GC, swap) may find its lock taken over; keep critical sections well
-// inside the TTL.
+// the time to within the skew margin, because an expired lease is judged by
+// the reader's clock. A holder that pauses past its lease (GC, swap) may
+// find its lock taken over; keep critical sections well inside the TTL.
 package setnxlock

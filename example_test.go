@@ -29,7 +29,9 @@ func newClient() (*redis.Client, func()) {
 func Example() {
 	client, done := newClient()
 	defer done()
-	ctx := context.Background()
+	// Acquire waits as long as its context lets it: give it a deadline.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
 
 	locker, err := setnxlock.New(client, setnxlock.WithTTL(30*time.Second))
 	if err != nil {
@@ -95,7 +97,8 @@ func ExampleWithClock() {
 func ExampleWithBackoff() {
 	client, done := newClient()
 	defer done()
-	ctx := context.Background()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
 	holder, _ := setnxlock.New(client)
 	waiter, _ := setnxlock.New(client, setnxlock.WithBackoff(time.Millisecond, 20*time.Millisecond))
 
@@ -194,17 +197,19 @@ func ExampleWithAutoRefresh() {
 	defer done()
 	locker, _ := setnxlock.New(client, setnxlock.WithTTL(300*time.Millisecond), setnxlock.WithAutoRefresh())
 
-	lock, err := locker.Acquire(context.Background(), "lock.import")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	lock, err := locker.Acquire(ctx, "lock.import")
 	if err != nil {
 		panic(err)
 	}
-	work := lock.Context(context.Background()) // cancelled when the lock is lost or released
+	work := lock.Context(ctx) // cancelled when the lock is lost or released
 
 	time.Sleep(time.Second) // three leases' worth of work: the lease is renewed every 100ms
 	fmt.Println("still held after 1s:", work.Err() == nil)
 
-	client.Set(context.Background(), "lock.import", "1", 0) // an intruder
-	<-work.Done()
+	client.Set(ctx, "lock.import", "1", 0) // an intruder
+	<-work.Done()                          // bounded: by ctx; the next renewal, refused, ends it first
 	fmt.Println("lost:", errors.Is(context.Cause(work), setnxlock.ErrNotHeld))
 	// Output:
 	// still held after 1s: true
@@ -393,7 +398,8 @@ func ExampleWithFormat() {
 func ExampleLocker_Close() {
 	client, done := newClient()
 	defer done()
-	ctx := context.Background()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
 
 	first, _ := setnxlock.New(client)
 	second, _ := setnxlock.New(client)
@@ -410,9 +416,13 @@ func ExampleLocker_Close() {
 	}()
 	time.Sleep(50 * time.Millisecond) // let the second worker queue
 	_ = lock.Release(ctx)
-	next := <-handed
-	fmt.Println("second worker holds", next.Key())
-	_ = next.Release(ctx)
+	select {
+	case next := <-handed:
+		fmt.Println("second worker holds", next.Key())
+		_ = next.Release(ctx)
+	case <-ctx.Done():
+		fmt.Println("no handoff:", ctx.Err())
+	}
 	// Output:
 	// second worker holds lock.queue
 }

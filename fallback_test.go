@@ -1,7 +1,9 @@
 package setnxlock
 
 import (
-	"context"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -9,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/setnxlock/setnxlock/internal/await"
 	"github.com/setnxlock/setnxlock/internal/redistest"
 )
 
@@ -71,12 +74,58 @@ func TestAUserWithoutPubSubStillReleasesAndWaitersPoll(t *testing.T) {
 					}
 				})))
 
-			lock, err := waiter.Acquire(context.Background(), "lock.k")
+			lock, err := waiter.Acquire(await.Context(t), "lock.k")
 			require.NoError(t, err)
-			require.NoError(t, <-released)
+			require.NoError(t, await.Recv(t, released, "the holder's Release, started once the waiter was refused"))
 			require.NoError(t, lock.Release(ctx))
-			assert.False(t, waiter.wakeups.usable(), "the refused SUBSCRIBE turned wake-ups off")
+			if p.name == "scripts" { // it queues: its first SUBSCRIBE is of the Locker's handoff channel
+				assert.Eventually(t, func() bool { return !waiter.caps.allows(capQueue) }, 5*time.Second, time.Millisecond,
+					"the refused SUBSCRIBE, made in the background, turned the handoff off")
+			} else {
+				assert.False(t, waiter.caps.allows(capPubSub), "the refused SUBSCRIBE turned wake-ups off")
+			}
 			assert.Equal(t, "<missing>", b.value(t, "lock.k"))
 		})
 	}
+}
+
+// Issue 11, finding 8, on a real server: while a failed snapshot makes
+// Redis refuse writes with MISCONF (whose prose says "disabled"), attempts
+// fail, but nothing is switched off: once the server writes again, the
+// Locker is back on its scripts and its handoff.
+func TestATransientMISCONFSwitchesNothingOff(t *testing.T) {
+	b := newBackend(t, "redis-server", redistest.Start(t, "--enable-protected-configs", "yes", "--save", "3600 1").Addr())
+	client := b.client(t)
+	l := b.lockerOn(t, client, scripted)
+	warm(t, l)
+
+	dir := filepath.Join(t.TempDir(), "snapshots")
+	require.NoError(t, os.Mkdir(dir, 0o700))
+	require.NoError(t, b.raw.ConfigSet(ctx, "dir", dir).Err())
+	require.NoError(t, b.raw.ConfigSet(ctx, "stop-writes-on-bgsave-error", "yes").Err())
+	require.NoError(t, os.Remove(dir)) // the snapshot cannot be written
+	bgsave := func(want string) {
+		t.Helper()
+		require.Eventually(t, func() bool {
+			_ = b.raw.BgSave(ctx).Err() // refused while one is running
+			return strings.Contains(b.raw.Info(ctx, "persistence").Val(), "rdb_last_bgsave_status:"+want)
+		}, 10*time.Second, 20*time.Millisecond, "a BGSAVE ending %s", want)
+	}
+	bgsave("err")
+
+	_, err := l.TryAcquire(ctx, "lock.k")
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "MISCONF")
+	assert.True(t, l.caps.allows(capScripts), "scripts stay on after MISCONF")
+	assert.True(t, l.caps.allows(capQueue), "the handoff stays on after MISCONF")
+	assert.True(t, l.caps.allows(capSetNXPX), "SET NX PX stays on after MISCONF")
+
+	require.NoError(t, os.Mkdir(dir, 0o700))
+	require.NoError(t, b.raw.ConfigSet(ctx, "dir", dir).Err()) // the server's working directory was the one removed
+	bgsave("ok")
+	sent := record(client)
+	lock, err := l.TryAcquire(ctx, "lock.k")
+	require.NoError(t, err)
+	require.NoError(t, lock.Release(ctx))
+	assert.Equal(t, "EVALSHA EVALSHA", sent.names(), "back on the scripted path")
 }

@@ -27,7 +27,7 @@ func (b *backend) clientThrough(t testing.TB, p *faultproxy.Proxy) *redis.Client
 func TestLostRepliesWithClientRetriesDoNotOrphanOurLease(t *testing.T) {
 	onEachBackend(t, func(t *testing.T, b *backend) {
 		p := faultproxy.Start(t, b.addr)
-		l := b.lockerOn(t, b.clientThrough(t, p))
+		l := b.classicLockerOn(t, b.clientThrough(t, p))
 		p.LoseReplies(func(command string, nth int) bool {
 			return command == "setnx" && nth == 1 || command == "get"
 		})
@@ -51,7 +51,7 @@ func TestLostRepliesWithClientRetriesDoNotOrphanOurLease(t *testing.T) {
 func TestLostExecRepliesAreNeverResent(t *testing.T) {
 	onEachBackend(t, func(t *testing.T, b *backend) {
 		p := faultproxy.Start(t, b.addr)
-		l := b.lockerOn(t, b.clientThrough(t, p))
+		l := b.classicLockerOn(t, b.clientThrough(t, p))
 
 		lock, err := l.TryAcquire(ctx, "lock.release")
 		require.NoError(t, err)
@@ -62,7 +62,7 @@ func TestLostExecRepliesAreNeverResent(t *testing.T) {
 		assert.Equal(t, "<missing>", b.value(t, "lock.release"), "the DEL was applied")
 		require.NoError(t, lock.Release(ctx), "the retried Release learns it is done")
 
-		b.crashedHolder(t, "lock.takeover")
+		b.classicCrashedHolder(t, "lock.takeover")
 		p.LoseReplies(func(command string, nth int) bool { return command == "exec" && nth == 3 })
 		_, err = l.TryAcquire(ctx, "lock.takeover")
 		require.Error(t, err)

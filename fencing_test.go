@@ -9,6 +9,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/setnxlock/setnxlock/internal/await"
 )
 
 func TestFencingTokensIncreaseAcrossReleasesAndTakeovers(t *testing.T) {
@@ -41,7 +43,7 @@ func TestFencingTokensIncreaseAcrossReleasesAndTakeovers(t *testing.T) {
 // protected resource rejects it.
 func TestAStalledTakerNeverOutranksTheNextHolder(t *testing.T) {
 	onEachBackend(t, func(t *testing.T, b *backend) {
-		b.crashedHolder(t, "lock.k")
+		b.classicCrashedHolder(t, "lock.k")
 		client := b.client(t)
 		stalled := gateBefore(t, client, "incr", 2) // the takeover's; the first came with its losing SETNX
 		type result struct {
@@ -50,16 +52,16 @@ func TestAStalledTakerNeverOutranksTheNextHolder(t *testing.T) {
 		}
 		done := make(chan result, 1)
 		go func() {
-			l, err := b.lockerOn(t, client, WithFencing()).TryAcquire(ctx, "lock.k")
+			l, err := b.classicLockerOn(t, client, WithFencing()).TryAcquire(ctx, "lock.k")
 			done <- result{l, err}
 		}()
 		stalled.wait(t)
 
 		b.clock.Advance(10 * time.Second) // the stalled client's lease, if any, is over
-		next, err := b.locker(t, WithFencing()).TryAcquire(ctx, "lock.k")
+		next, err := b.classicLocker(t, WithFencing()).TryAcquire(ctx, "lock.k")
 		require.NoError(t, err)
 		stalled.pass()
-		r := <-done
+		r := await.Recv(t, done, "the stalled takeover")
 		require.Error(t, r.err, "the stalled takeover's transaction must not run after the key changed")
 		assert.Nil(t, r.lock)
 		assert.Equal(t, next.FencingToken(), mustInt(t, b.value(t, FenceKey("lock.k")))-1,
@@ -73,7 +75,7 @@ func TestALostFencedReplyStartsOverForAFreshToken(t *testing.T) {
 	onEachBackend(t, func(t *testing.T, b *backend) {
 		client := b.client(t)
 		loseReply(client, "exec")
-		l := b.lockerOn(t, client, WithFencing())
+		l := b.classicLockerOn(t, client, WithFencing())
 
 		_, err := l.TryAcquire(ctx, "lock.k")
 		require.Error(t, err)
@@ -103,13 +105,14 @@ func TestFencingTokensStrictlyIncreaseUnderContention(t *testing.T) {
 			decreases int
 			entries   int
 		)
+		waitCtx := await.Context(t)
 		var wg sync.WaitGroup
 		for w := range workers {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
 				for c := range cycles {
-					lock, err := ls[w%lockers].Acquire(ctx, "lock.fenced")
+					lock, err := ls[w%lockers].Acquire(waitCtx, "lock.fenced")
 					if !assert.NoError(t, err) {
 						return
 					}
@@ -127,7 +130,7 @@ func TestFencingTokensStrictlyIncreaseUnderContention(t *testing.T) {
 				}
 			}()
 		}
-		wg.Wait()
+		await.Group(t, &wg, "the fenced workers")
 		assert.Equal(t, workers*cycles, entries)
 		assert.Zero(t, decreases, "a holder got a token no higher than its predecessor's")
 	})

@@ -62,9 +62,9 @@ func WithFormat(f Format) Option {
 // tokens reports whether values of this format carry an owner token.
 func (f Format) tokens() bool { return f == TokenFormat }
 
-// lease is one value we write: the value itself, the expiry it states, and
-// when by our clock the lease it grants began.
-type lease struct {
+// stamp is one value we write into a lock key: the value itself, the
+// expiry it states, and when by our clock the lease it grants began.
+type stamp struct {
 	value  string
 	expiry time.Time
 	start  time.Time
@@ -73,14 +73,14 @@ type lease struct {
 // length is how long the lease lasts from its start: the TTL, plus what
 // the format's rounding added. The server-side safety net (H6) is counted
 // from it, so it never ends a lease the value still states is live.
-func (ls lease) length() time.Duration { return ls.expiry.Sub(ls.start) }
+func (s stamp) length() time.Duration { return s.expiry.Sub(s.start) }
 
-// newLease renders a lease of length ttl beginning at now. The expiry is
+// newStamp renders a lease of length ttl beginning at now. The expiry is
 // the one the value states: now + ttl cut to the millisecond, or, in the
 // classic writers' formats, plus their +1 (a millisecond, or a second after
 // cutting to whole seconds), so no lease is shorter than ttl by more than
 // the sub-millisecond cut. token is ignored by the bare-timestamp formats.
-func (f Format) newLease(now time.Time, ttl time.Duration, token string) lease {
+func (f Format) newStamp(now time.Time, ttl time.Duration, token string) stamp {
 	end := now.Add(ttl)
 	var b []byte
 	switch f {
@@ -99,7 +99,7 @@ func (f Format) newLease(now time.Time, ttl time.Duration, token string) lease {
 		b = append(b, '.', byte('0'+ms/100), byte('0'+ms/10%10), byte('0'+ms%10))
 	default:
 		end = end.Truncate(time.Millisecond)
-		return lease{value: formatValue(end, token), expiry: end, start: now}
+		return stamp{value: formatValue(end, token), expiry: end, start: now}
 	}
-	return lease{value: string(b), expiry: end, start: now}
+	return stamp{value: string(b), expiry: end, start: now}
 }

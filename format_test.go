@@ -11,10 +11,20 @@ import (
 
 var bareFormats = []Format{UnixMillis, UnixSeconds, FloatSeconds}
 
+// takeableAt is when other clients may take over a lease of this format
+// that ends at end: at its end, but a whole-seconds value (UnixSeconds) is
+// held through the end of the second it states (heldUntil).
+func takeableAt(format Format, end time.Time) time.Time {
+	if format == UnixSeconds {
+		return end.Add(time.Second)
+	}
+	return end
+}
+
 // Each format writes what its classic writer writes, at the instant of the
 // Locker's clock, and the lease ends where the value says.
 func TestEachFormatWritesWhatItsClassicWriterWrites(t *testing.T) {
-	at := epoch.Add(123*time.Millisecond + 456*time.Microsecond)
+	at := clockStart().Add(123*time.Millisecond + 456*time.Microsecond)
 	ttl := 5 * time.Second
 	ms := at.UnixMilli() + ttl.Milliseconds()
 	for _, tc := range []struct {
@@ -62,7 +72,7 @@ func TestLockersOfEveryFormatShareKeys(t *testing.T) {
 			_, err = taker.TryAcquire(ctx, key)
 			require.ErrorIs(t, err, ErrNotAcquired, "%v refuses a live %v lease", takerFormat, holderFormat)
 
-			b.clock.Set(held.ExpiresAt())
+			b.clock.Set(takeableAt(holderFormat, held.ExpiresAt()))
 			taken, err := taker.TryAcquire(ctx, key)
 			require.NoError(t, err, "%v takes over an expired %v lease", takerFormat, holderFormat)
 			require.ErrorIs(t, held.Release(ctx), ErrNotHeld)
@@ -80,7 +90,7 @@ func TestBareFormatsReleaseOnlyTheirExactValue(t *testing.T) {
 			key := "lock." + format.String()
 			late, err := b.locker(t, WithFormat(format)).TryAcquire(ctx, key)
 			require.NoError(t, err)
-			b.clock.Set(late.ExpiresAt())
+			b.clock.Set(takeableAt(format, late.ExpiresAt()))
 			next, err := b.locker(t, WithFormat(format)).TryAcquire(ctx, key)
 			require.NoError(t, err)
 			successor := b.value(t, key)
@@ -137,10 +147,10 @@ func TestBareFormatsNeverClaimAnIdenticalForeignValue(t *testing.T) {
 func TestTheSafetyNetCoversTheRoundedUpLease(t *testing.T) {
 	mr := startMiniredisServer(t)
 	b := newBackend(t, "miniredis", mr.Addr())
-	b.clock.Set(epoch.Add(999 * time.Millisecond))
+	b.clock.Set(b.start.Add(999 * time.Millisecond))
 	lock, err := b.locker(t, WithFormat(UnixSeconds), WithTTL(1500*time.Millisecond), WithExpiryGrace(time.Millisecond)).TryAcquire(ctx, "lock.k")
 	require.NoError(t, err)
-	assert.Equal(t, epoch.Add(3*time.Second), lock.ExpiresAt())
+	assert.Equal(t, b.start.Add(3*time.Second), lock.ExpiresAt())
 	leaseLeft := lock.ExpiresAt().Sub(b.clock.Now())
 	assert.GreaterOrEqual(t, b.raw.PTTL(ctx, "lock.k").Val(), leaseLeft, "the key outlives the lease it states")
 }

@@ -2,75 +2,49 @@ package setnxlock
 
 import (
 	"context"
-	"fmt"
-	"strconv"
+	"strings"
 	"sync"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // Handing a lock straight to the next waiter. Waking every waiter on each
 // release (wakeup.go) makes them all race for the key and all but one go
 // back to sleep: a herd that costs more round trips than it saves. Where it
-// can, a waiting Acquire instead queues on the key, and the release script
-// gives the key to the first waiter that is still listening: it writes that
-// waiter's lease into the key, in place of our own, and publishes it to the
-// waiter's Locker. The key is never free in between, so nobody barges in,
-// waiters are served in order, and the new holder learns it holds the lock
-// without a round trip of its own.
+// can, a waiting Acquire instead queues on the key (queue.go), and a
+// release gives the key to the first waiter in line whose Locker listens
+// (handon.lua): it writes a provisional value for that waiter into the key,
+// then announces it on the waiter's Locker's channel. The key is never free
+// in between, so nobody barges in and waiters are served in order.
 //
-// The key keeps holding an ordinary lock value, expiry first, so classic
-// clients and the takeover of a crashed holder's lease (deadlock.go) work
-// as before. What is new is only who writes the next value: the releasing
-// Locker, with its clock, which is one of the clocks the skew bound (H4)
-// already covers. The new holder believes exactly the expiry written.
+// Hearing is not holding. The provisional value states an end claimWindow
+// after the release and expires on the server then; the waiter takes the
+// lease by claiming the key with a lease of its own, dated by its own clock
+// and with its own safety net (queued.lua). A waiter that died since it
+// queued costs the window, never a lease: an entry whose Locker no longer
+// listens is skipped at no cost, and one whose Locker listens but which is
+// no longer waiting is declined by that Locker at once (abandon).
 //
-// The queue lives in waitersKey(key), a list in the key's Cluster slot, of
-// entries "<lease ms>:<safety net ms>:<Locker id>:<owner token>". A Locker
-// listens on one channel of its own while any of its Acquire calls waits.
-// A waiter that has gone is skipped: the release's PUBLISH reaches no one
-// when its Locker no longer listens (its process died, say), and a waiter
-// that gives up removes its entry, and hands on the lock if it was handed
-// it meanwhile. A dropped message costs one poll: the waiter finds its own
-// token in the key the next time it looks (announcedPoll).
+// A Locker listens on one channel of its own while any of its Acquire calls
+// waits, and for handoffLinger after. The subscription is made outside any
+// lock, with a bounded wait for its confirmation, so a subscription that
+// hangs never holds up the Locker: waits fall back to polling until it is
+// ready. A lost message costs one poll: the waiter finds its own token in
+// the key the next time it looks (announcedPoll).
 //
 // Queueing needs scripts, pub/sub, a single Redis server (a Cluster counts
 // PUBLISH receivers on one node only) and owner tokens in the values; a
 // fencing Locker does not queue, since the token must be drawn with the
 // write. Those waiters, and Lockers whose server or ACL user refuses the
-// queue or the channel, wait for wake-ups and poll as before.
-
-// handoffChannelPrefix starts the channel a Locker listens on for locks
-// handed to it; the release script appends the Locker's id.
-const handoffChannelPrefix = "setnxlock:handoff:"
+// queue or the channel, wait for wake-ups and poll instead.
 
 // handoffLinger is how long a Locker keeps listening after its last waiter
 // is served, so that a worker that releases and soon waits again does not
 // open a new subscription (a new connection) each time.
 const handoffLinger = 250 * time.Millisecond
 
-// leaveTimeout bounds the round trip that takes a waiter off the queue
-// after its context ended.
-const leaveTimeout = time.Second
-
-// waitersKey names the queue of waiters for key, in key's Cluster slot.
-func waitersKey(key string) string { return sameSlotKey(key, ".waiters") }
-
-// queueEntry is one waiting Acquire's place in a key's queue.
-type queueEntry struct {
-	token  string // carried by the lease handed to it, and by its own attempts
-	member string // what it pushes on the queue
-	pushed bool   // an attempt may have pushed it: remove that entry before pushing again
-}
-
-// newQueueEntry describes a lease of the Locker's TTL for a waiter.
-func (l *Locker) newQueueEntry() *queueEntry {
-	token := newToken()
-	ttl := l.cfg.ttl.Milliseconds()
-	net := l.safetyNet(l.cfg.ttl).Milliseconds()
-	return &queueEntry{token: token, member: strconv.FormatInt(ttl, 10) + ":" + strconv.FormatInt(net, 10) + ":" + l.handoff.id + ":" + token}
-}
+// defaultSubscribeTimeout bounds the wait for a subscription's
+// confirmation (config.subscribeTimeout).
+const defaultSubscribeTimeout = 2 * time.Second
 
 // queues reports whether this Locker's Acquire calls wait in the key's
 // queue; see the comment at the top of this file.
@@ -80,170 +54,216 @@ func (l *Locker) queues() bool {
 
 // handsOver reports whether this Locker's releases hand the key to a
 // queued waiter. The releaser's own format and fencing do not matter: the
-// waiter's entry says what to write.
+// waiter claims the key with a value of its own.
 func (l *Locker) handsOver() bool {
-	_, single := l.client.(*redis.Client)
-	return single && l.scripts.usable() && l.wakeups.usable() && l.handoff.usable()
+	return l.single && l.caps.allows(capScripts) && l.caps.allows(capPubSub) && l.caps.allows(capQueue)
 }
 
-// waitInQueue is Acquire once its first attempt was refused and the Locker
-// queues: it listens for a handed lock, queues, and attempts again now and
-// then in case a message was lost or the holder crashed. It returns
-// queued false, and nothing else, when queueing turns out to be refused:
-// the caller then waits as before.
-func (l *Locker) waitInQueue(ctx context.Context, key string) (lock *Lock, err error, queued bool) {
-	if err := l.handoff.join(ctx, l); err != nil {
-		return nil, nil, false
-	}
-	defer l.handoff.leave()
-	entry := l.newQueueEntry()
-	handed := l.handoff.expect(entry.token)
-	defer l.handoff.forget(entry.token)
-	timer := time.NewTimer(announcedPoll) // reset before each wait
-	defer timer.Stop()
-	for {
-		lock, refused, err := l.tryAcquire(ctx, key, entry)
-		if err == nil {
-			return lock, nil, true
-		}
-		entry.pushed = true
-		switch {
-		case ctx.Err() != nil:
-			l.leaveQueue(ctx, key, entry)
-			return nil, contextEnded(key, ctx.Err(), err), true
-		case !retryable(err):
-			l.leaveQueue(ctx, key, entry)
-			return nil, err, true
-		case !l.queues():
-			l.leaveQueue(ctx, key, entry) // refused on the way: wait as before
-			return nil, nil, false
-		}
-		wait := announcedPoll
-		if !refused.takeableAt.IsZero() {
-			wait = capAtLease(wait, refused.takeableAt.Sub(l.cfg.clock.Now()), l.cfg.minBackoff)
-		}
-		timer.Reset(wait)
-		select {
-		case value := <-handed:
-			if lock, err := l.takeHanded(key, value); err == nil {
-				return lock, nil, true
-			}
-			// Over before we heard of it: the next attempt sees the key.
-			// (Since Go 1.23 Reset needs no drained channel, and draining
-			// after a failed Stop would block for good.)
-		case <-timer.C:
-		case <-ctx.Done():
-			l.leaveQueue(ctx, key, entry)
-			return nil, contextEnded(key, ctx.Err(), nil), true
-		}
-	}
-}
-
-// takeHanded turns a value a release wrote for us into our Lock.
-func (l *Locker) takeHanded(key, value string) (*Lock, error) {
-	expiry, err := parseExpiry(value)
-	if err != nil {
-		return nil, fmt.Errorf("setnxlock: handed %q: %w", key, err)
-	}
-	return l.grant(key, lease{value: value, expiry: expiry, start: expiry.Add(-l.cfg.ttl)}, 0, EventAcquired)
-}
-
-// leaveQueue takes entry off key's queue and, if a release handed it the
-// key meanwhile, hands the key on (or deletes it) in the same script. The
-// caller's context may have ended, so it runs on its own short deadline.
-func (l *Locker) leaveQueue(ctx context.Context, key string, entry *queueEntry) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), leaveTimeout)
-	defer cancel()
-	_, _ = l.runRelease(ctx, key, "t", entry.member, entry.token)
-}
-
-// handoffs is a Locker's subscription to the locks handed to it: one
-// channel, listened on while any of its Acquire calls waits in a queue and
-// for handoffLinger after, and the waiters it routes handed values to, by
-// owner token.
+// handoffs is a Locker's subscription to the keys handed to it, and the
+// waits it routes them to, by the token of their queue entry.
 type handoffs struct {
-	featureSwitch // off for good once the server or ACL refuses the channel or the queue
-	id            string
+	id string
 
-	mu         sync.Mutex
-	pubsub     *redis.PubSub
-	dispatched chan struct{} // closed when the routing goroutine of pubsub returns
-	users      int
-	idle       *time.Timer
-	waiting    map[string]chan string
+	mu        sync.Mutex
+	sub       *subscription // the current one; nil when not listening
+	users     int           // waits that joined sub
+	idle      *time.Timer   // ends sub handoffLinger after the last wait left
+	waiting   map[string]chan struct{}
+	abandoned map[string]abandonedEntry
 }
 
-func (h *handoffs) channel() string { return handoffChannelPrefix + h.id }
+// abandonedEntry is a queue entry whose wait ended but whose removal from
+// the queue failed: a handoff to it is declined, until it expires.
+type abandonedEntry struct {
+	entry *queueEntry
+	until time.Time
+}
 
-// join makes sure the Locker listens, before its caller queues: a lock
-// handed to an entry is then always heard (or found by the next attempt).
-func (h *handoffs) join(ctx context.Context, l *Locker) error {
+// subscription is one SUBSCRIBE of a Locker's channel, from the moment it
+// is asked for until it ends.
+type subscription struct {
+	ready      chan struct{} // closed once confirmed, or failed (err)
+	err        error         // written before ready is closed
+	ended      chan struct{} // closed when it ends: Close, the linger, a failure, a closed client
+	endOnce    sync.Once
+	dispatched chan struct{} // closed when nothing of it runs any more
+}
+
+func newSubscription() *subscription {
+	return &subscription{ready: make(chan struct{}), ended: make(chan struct{}), dispatched: make(chan struct{})}
+}
+
+// live reports whether the subscription is confirmed and has not ended.
+func (s *subscription) live() bool {
+	select {
+	case <-s.ready:
+	default:
+		return false
+	}
+	select {
+	case <-s.ended:
+		return false
+	default:
+		return s.err == nil
+	}
+}
+
+func (s *subscription) end() { s.endOnce.Do(func() { close(s.ended) }) }
+
+func (h *handoffs) channel() string { return handoffChannel(h.id) }
+
+// join makes the calling wait a user of the Locker's subscription, asking
+// for one if there is none, and returns it without waiting for it: the
+// caller queues once it is usable.
+func (h *handoffs) join(l *Locker) *subscription {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.idle != nil {
 		h.idle.Stop()
 		h.idle = nil
 	}
-	if h.pubsub == nil {
-		pubsub := l.client.Subscribe(ctx, h.channel())
-		if _, err := pubsub.Receive(ctx); err != nil { // the subscription's confirmation
-			_ = pubsub.Close()
-			h.fallBackIfRefused(err)
-			return err
-		}
-		h.pubsub, h.dispatched = pubsub, make(chan struct{})
-		go h.dispatch(pubsub.Channel(), h.dispatched)
+	if h.sub == nil {
+		h.sub = newSubscription()
+		go h.listen(l, h.sub)
 	}
 	h.users++
-	return nil
+	return h.sub
 }
 
-// listening reports whether the Locker listens for handed locks now.
-func (h *handoffs) listening() bool {
+// joinIfListening joins only a subscription that is usable already.
+func (h *handoffs) joinIfListening(l *Locker) *subscription {
 	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.pubsub != nil
+	listening := h.sub != nil && h.sub.live()
+	h.mu.Unlock()
+	if !listening {
+		return nil
+	}
+	return h.join(l)
 }
 
-// leave ends a join; the subscription closes once no waiter has joined
-// for handoffLinger.
-func (h *handoffs) leave() {
+// leave ends a join; the subscription ends once no wait has joined it for
+// handoffLinger.
+func (h *handoffs) leave(s *subscription) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if h.sub != s {
+		return // it ended; its users were forgotten with it
+	}
 	if h.users--; h.users == 0 {
-		h.idle = time.AfterFunc(handoffLinger, func() { h.closeIf(func() bool { return h.users == 0 }) })
+		h.idle = time.AfterFunc(handoffLinger, func() { h.endIf(func() bool { return h.users == 0 }) })
 	}
 }
 
-// closeIf closes the subscription if cond holds under the lock, and waits
-// for its routing goroutine to return.
-func (h *handoffs) closeIf(cond func() bool) {
+// endIf ends the current subscription if cond holds under the lock, and
+// waits for it to stop.
+func (h *handoffs) endIf(cond func() bool) {
 	h.mu.Lock()
-	if !cond() || h.pubsub == nil {
+	s := h.sub
+	if s == nil || !cond() {
 		h.mu.Unlock()
 		return
 	}
-	pubsub, dispatched := h.pubsub, h.dispatched
-	h.pubsub, h.dispatched = nil, nil
+	h.sub, h.users = nil, 0
 	if h.idle != nil {
 		h.idle.Stop()
 		h.idle = nil
 	}
 	h.mu.Unlock()
-	_ = pubsub.Close()
-	<-dispatched
+	s.end()
+	<-s.dispatched // bounded: an ended subscription is closed, which ends listen's reads
 }
 
-// expect registers a waiter's token; forget ends it.
-func (h *handoffs) expect(token string) <-chan string {
-	ch := make(chan string, 1)
+// forgetIfCurrent drops s as the current subscription after it failed or
+// its client closed, so that the next join asks for a new one.
+func (h *handoffs) forgetIfCurrent(s *subscription) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.sub == s {
+		h.sub, h.users = nil, 0
+	}
+}
+
+// listen subscribes, confirms the subscription (confirmSubscription), and
+// routes what arrives until the subscription ends.
+func (h *handoffs) listen(l *Locker, s *subscription) {
+	defer close(s.dispatched)
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() { // Close, or the linger, ends a subscription still being made
+		select {
+		case <-s.ended:
+		case <-ctx.Done():
+		}
+		cancel()
+	}()
+	pubsub := l.client.Subscribe(ctx, h.channel())
+	err := confirmSubscription(ctx, pubsub, l.cfg.subscribeTimeout)
+	cancel()
+	if err != nil {
+		_ = pubsub.Close()
+		l.caps.narrow(capQueue, err) // the handoff channel is refused
+		s.err = err
+		close(s.ready)
+		s.end()
+		h.forgetIfCurrent(s)
+		return
+	}
+	close(s.ready)
+	defer pubsub.Close()
+	messages := pubsub.Channel()
+	for {
+		select {
+		case <-s.ended:
+			return
+		case msg, ok := <-messages:
+			if !ok { // its client was closed
+				s.end()
+				h.forgetIfCurrent(s)
+				return
+			}
+			h.route(l, msg.Payload)
+		}
+	}
+}
+
+// route wakes the wait whose entry's token a handoff names
+// ("<token>:<key>"). A handoff to an abandoned entry is declined at once:
+// the key is handed on. One to a wait that has ended otherwise is dropped:
+// that wait won the key (and must keep it), or left the queue after this
+// handoff and handed the key on itself.
+func (h *handoffs) route(l *Locker, payload string) {
+	token, key, ok := strings.Cut(payload, ":")
+	if !ok {
+		return
+	}
+	h.mu.Lock()
+	signal := h.waiting[token]
+	gone, isAbandoned := h.abandoned[token]
+	if isAbandoned {
+		delete(h.abandoned, token)
+	}
+	h.mu.Unlock()
+	switch {
+	case signal != nil:
+		select {
+		case signal <- struct{}{}:
+		default: // it has a signal pending already
+		}
+	case isAbandoned && gone.entry.key == key:
+		l.leaveQueue(context.Background(), gone.entry)
+	}
+}
+
+// expect registers the token of a wait's entry before the entry is pushed,
+// so that no handoff to it goes unheard; forget ends that.
+func (h *handoffs) expect(token string) <-chan struct{} {
+	signal := make(chan struct{}, 1)
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.waiting == nil {
-		h.waiting = make(map[string]chan string)
+		h.waiting = make(map[string]chan struct{})
 	}
-	h.waiting[token] = ch
-	return ch
+	h.waiting[token] = signal
+	return signal
 }
 
 func (h *handoffs) forget(token string) {
@@ -252,30 +272,18 @@ func (h *handoffs) forget(token string) {
 	delete(h.waiting, token)
 }
 
-// dispatch routes each handed value to the waiter whose token it carries.
-// A value for a waiter that is gone is dropped: that waiter took its entry
-// off the queue and handed the key on (leaveQueue), or found the value
-// itself in the key and holds the lock.
-func (h *handoffs) dispatch(messages <-chan *redis.Message, done chan struct{}) {
-	defer close(done)
-	for msg := range messages {
-		h.mu.Lock()
-		ch := h.waiting[tokenOf(msg.Payload)]
-		h.mu.Unlock()
-		if ch != nil {
-			select {
-			case ch <- msg.Payload:
-			default: // it already has one
-			}
+// abandon remembers, until it expires, an entry whose wait has ended at
+// now but which may still be in the queue, and forgets those expired.
+func (h *handoffs) abandon(entry *queueEntry, now, until time.Time) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.abandoned == nil {
+		h.abandoned = make(map[string]abandonedEntry)
+	}
+	for token, a := range h.abandoned {
+		if !a.until.After(now) {
+			delete(h.abandoned, token)
 		}
 	}
-}
-
-// Close stops the Locker's background listening for handed locks at once,
-// instead of handoffLinger after its last waiter. It never fails and the
-// Locker stays usable; call it when the Locker is no longer needed, so no
-// goroutine or connection of it outlives its use.
-func (l *Locker) Close() error {
-	l.handoff.closeIf(func() bool { return true })
-	return nil
+	h.abandoned[entry.token] = abandonedEntry{entry: entry, until: until}
 }

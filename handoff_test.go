@@ -6,8 +6,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/setnxlock/setnxlock/internal/await"
 )
 
 // scripted is the scripts path, on which Lockers queue and hand over.
@@ -18,11 +21,19 @@ func (b *backend) queued(t *testing.T, key string, n int) []string {
 	t.Helper()
 	var entries []string
 	require.Eventually(t, func() bool {
-		entries = b.raw.LRange(ctx, waitersKey(key), 0, -1).Val()
+		entries = b.queuedNow(key)
 		return len(entries) == n
 	}, 5*time.Second, time.Millisecond, "waiters queued on %q", key)
 	return entries
 }
+
+// queuedNow returns key's queue, first in line first.
+func (b *backend) queuedNow(key string) []string {
+	return b.raw.ZRange(ctx, waitersKey(key), 0, -1).Val()
+}
+
+// entryToken is the token of a queue entry "<Locker id>:<token>".
+func entryToken(entry string) string { return entry[strings.LastIndexByte(entry, ':')+1:] }
 
 // acquireInBackground starts Acquire of key and returns where its result
 // will arrive.
@@ -42,7 +53,8 @@ func acquireInBackground(t *testing.T, l *Locker, key string) <-chan *Lock {
 // A release hands the key to the first queued waiter: the key goes from
 // one holder's value straight to the next's, with no DEL in between for a
 // third client to barge into, and waiters are served in the order they
-// queued.
+// queued. The waiter holds a lease of its own clock's, written when it
+// claimed the key.
 func TestAReleaseHandsTheKeyToQueuedWaitersInOrder(t *testing.T) {
 	onEachBackend(t, func(t *testing.T, b *backend) {
 		holderClient := b.client(t)
@@ -58,17 +70,17 @@ func TestAReleaseHandsTheKeyToQueuedWaitersInOrder(t *testing.T) {
 		sent := record(holderClient)
 		require.NoError(t, holder.Release(ctx))
 		assert.Equal(t, "EVALSHA", sent.names(), "one round trip")
-		assert.Zero(t, b.raw.Exists(ctx, "lock.k").Val()-1, "the key never went missing")
-		lock := <-first
+		assert.Equal(t, int64(1), b.raw.Exists(ctx, "lock.k").Val(), "the key never went missing")
+		lock := await.Recv(t, first, "the first waiter's Acquire")
 		require.NotNil(t, lock)
-		assert.True(t, strings.HasSuffix(entries[0], ":"+lock.token), "the first to queue is served first")
-		assert.Equal(t, lock.value, b.value(t, "lock.k"))
-		assert.True(t, b.clock.Now().Add(10*time.Second).Equal(lock.ExpiresAt()), "the lease counts from the handoff")
+		assert.Equal(t, entryToken(entries[0]), lock.token, "the first to queue is served first")
+		assert.Equal(t, lock.value, b.value(t, "lock.k"), "the waiter claimed the key with its own value")
+		assert.True(t, b.clock.Now().Add(10*time.Second).Equal(lock.ExpiresAt()), "the lease counts from the claim, by the waiter's clock")
 		_, err = b.locker(t, scripted).TryAcquire(ctx, "lock.k")
 		require.ErrorIs(t, err, ErrNotAcquired, "nobody barges in")
 
 		require.NoError(t, lock.Release(ctx))
-		next := <-second
+		next := await.Recv(t, second, "the second waiter's Acquire")
 		require.NotNil(t, next)
 		assert.Equal(t, next.value, b.value(t, "lock.k"))
 		require.NoError(t, next.Release(ctx))
@@ -78,17 +90,18 @@ func TestAReleaseHandsTheKeyToQueuedWaitersInOrder(t *testing.T) {
 }
 
 // A queue entry whose Locker no longer listens (its process died) is
-// skipped: handing it the key would leave the key to a dead waiter until
-// its lease ran out.
+// skipped at no cost: handing it the key would leave the key to a dead
+// waiter.
 func TestAReleaseSkipsWaitersNobodyListensFor(t *testing.T) {
 	onEachBackend(t, func(t *testing.T, b *backend) {
 		l := b.locker(t, scripted)
 		holder, err := l.TryAcquire(ctx, "lock.k")
 		require.NoError(t, err)
-		dead := "10000:20000:" + newToken() + ":" + newToken()
-		require.NoError(t, b.raw.RPush(ctx, waitersKey("lock.k"), dead).Err())
+		dead := newToken() + ":" + newToken()
+		require.NoError(t, b.raw.ZAdd(ctx, waitersKey("lock.k"), redis.Z{Score: 1, Member: dead}).Err())
 		require.NoError(t, holder.Release(ctx))
 		assert.Equal(t, "<missing>", b.value(t, "lock.k"), "released, not handed to the dead waiter")
+		assert.Empty(t, b.queuedNow("lock.k"), "and the dead entry is gone")
 	})
 }
 
@@ -104,36 +117,38 @@ func TestAWaiterThatGivesUpLeavesTheQueueAndHandsOnALateHandoff(t *testing.T) {
 		go func() { _, err := l.Acquire(quitCtx, "lock.k"); gaveUp <- err }()
 		b.queued(t, "lock.k", 1)
 		quit()
-		require.ErrorIs(t, <-gaveUp, ErrNotAcquired)
+		require.ErrorIs(t, await.Recv(t, gaveUp, "the Acquire whose context ended"), ErrNotAcquired)
 		b.queued(t, "lock.k", 0)
 
 		// The handoff raced with the end of its wait: the key carries the
 		// entry's token, and the entry is off the queue.
-		entry := l.newQueueEntry()
-		require.NoError(t, b.raw.Set(ctx, "lock.k", formatValue(b.clock.Now().Add(10*time.Second), entry.token), 0).Err())
-		l.leaveQueue(ctx, "lock.k", entry)
+		entry := l.newQueueEntry("lock.k")
+		require.NoError(t, b.raw.Set(ctx, "lock.k", formatValue(b.clock.Now().Add(claimWindow), entry.token), 0).Err())
+		l.leaveQueue(ctx, entry)
 		assert.Equal(t, "<missing>", b.value(t, "lock.k"), "the late handoff is handed on")
 	})
 }
 
 // A handoff whose message never arrives (a subscription that dropped) is
-// found by the waiter's next poll: the key carries its token.
+// found by the waiter's next poll: the key carries its token, and it
+// claims the key.
 func TestAWaiterFindsAHandoffWhoseMessageWasLost(t *testing.T) {
 	onEachBackend(t, func(t *testing.T, b *backend) {
 		_, err := b.locker(t, scripted).TryAcquire(ctx, "lock.k")
 		require.NoError(t, err)
 		acquired := acquireInBackground(t, b.locker(t, scripted), "lock.k")
 		entry := b.queued(t, "lock.k", 1)[0]
-		token := entry[strings.LastIndexByte(entry, ':')+1:]
 
-		// What the release script does, without its PUBLISH.
-		handed := formatValue(b.clock.Now().Add(10*time.Second), token)
-		require.NoError(t, b.raw.LPop(ctx, waitersKey("lock.k")).Err())
-		require.NoError(t, b.raw.Set(ctx, "lock.k", handed, 0).Err())
-		lock := <-acquired
+		// What a release's handoff writes, without its PUBLISH.
+		handed := formatValue(b.clock.Now().Add(claimWindow), entryToken(entry))
+		require.NoError(t, b.raw.ZRem(ctx, waitersKey("lock.k"), entry).Err())
+		require.NoError(t, b.raw.Set(ctx, "lock.k", handed, claimWindow).Err())
+		lock := await.Recv(t, acquired, "the waiter's Acquire")
 		require.NotNil(t, lock)
-		assert.Equal(t, handed, lock.value)
-		assert.Zero(t, b.raw.LLen(ctx, waitersKey("lock.k")).Val(), "it does not queue again")
+		assert.Equal(t, entryToken(entry), lock.token)
+		assert.Equal(t, lock.value, b.value(t, "lock.k"), "claimed with its own lease")
+		assert.True(t, b.clock.Now().Add(10*time.Second).Equal(lock.ExpiresAt()))
+		assert.Empty(t, b.queuedNow("lock.k"), "it does not queue again")
 		require.NoError(t, lock.Release(ctx))
 	})
 }
@@ -148,9 +163,9 @@ func TestAWaiterThatTakesOverLeavesTheQueue(t *testing.T) {
 		acquired := acquireInBackground(t, b.locker(t, scripted), "lock.k")
 		b.queued(t, "lock.k", 1)
 		b.clock.Set(crashed.ExpiresAt().Add(time.Millisecond))
-		lock := <-acquired
+		lock := await.Recv(t, acquired, "the waiter's Acquire")
 		require.NotNil(t, lock)
-		assert.Zero(t, b.raw.LLen(ctx, waitersKey("lock.k")).Val())
+		assert.Empty(t, b.queuedNow("lock.k"))
 		require.NoError(t, lock.Release(ctx))
 	})
 }
@@ -165,7 +180,7 @@ func TestCloseEndsTheHandoffSubscription(t *testing.T) {
 	acquired := acquireInBackground(t, l, "lock.k")
 	b.queued(t, "lock.k", 1)
 	require.NoError(t, holder.Release(ctx))
-	require.NotNil(t, <-acquired)
+	require.NotNil(t, await.Recv(t, acquired, "the waiter's Acquire"))
 	channel := l.handoff.channel()
 	assert.EqualValues(t, 1, b.raw.PubSubNumSub(ctx, channel).Val()[channel], "lingering")
 	require.NoError(t, l.Close())
@@ -183,18 +198,19 @@ func TestWaitersOfOneLockerShareItsSubscription(t *testing.T) {
 		client := b.client(t)
 		l := b.lockerOn(t, client, scripted)
 		warm(t, l)
-		sent := record(client)
 		first := acquireInBackground(t, l, "lock.k")
 		b.queued(t, "lock.k", 1)
+		sent := record(client)
 		second := acquireInBackground(t, l, "lock.k")
 		b.queued(t, "lock.k", 2)
-		assert.Equal(t, 3, strings.Count(sent.names(), "EVALSHA"), "refused and queued, then queued at once")
+		assert.NotContains(t, sent.scriptsRun(), "acquire", "the second waiter queued with its first attempt")
+		assert.EqualValues(t, 1, b.raw.PubSubNumSub(ctx, l.handoff.channel()).Val()[l.handoff.channel()], "one subscription")
 
 		require.NoError(t, holder.Release(ctx))
-		lock := <-first
+		lock := await.Recv(t, first, "the first waiter's Acquire")
 		require.NotNil(t, lock)
 		require.NoError(t, lock.Release(ctx))
-		next := <-second
+		next := await.Recv(t, second, "the second waiter's Acquire")
 		require.NotNil(t, next)
 		require.NoError(t, next.Release(ctx))
 	})

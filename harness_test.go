@@ -2,6 +2,7 @@ package setnxlock
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"strings"
 	"sync"
@@ -16,14 +17,21 @@ import (
 	"github.com/setnxlock/setnxlock/internal/redistest"
 )
 
-// epoch is where every ManualClock in the tests starts.
-var epoch = time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
+// clockStart is where a test's ManualClock starts: the current second. A
+// ManualClock that starts at a fixed date agrees with real time only until
+// the real date moves past it, and a test that lets a Locker on the system
+// clock share its keys then fails, or hangs, from that day on. So every
+// ManualClock starts now (truncated to the second, so that the seconds
+// formats round at known points), and tests state instants relative to
+// its start. internal/testrules rejects date literals in tests.
+func clockStart() time.Time { return time.Now().UTC().Truncate(time.Second) }
 
 // backend is one Redis server the behaviour tests run against: an embedded
 // miniredis, or a real redis-server process started for the test.
 type backend struct {
 	name  string
 	addr  string
+	start time.Time // where clock started
 	clock *ManualClock
 	raw   *redis.Client // for arranging and inspecting keys behind the Lockers' backs
 }
@@ -46,7 +54,8 @@ func startMiniredis(t *testing.T) string { return startMiniredisServer(t).Addr()
 func startMiniredisServer(t *testing.T) *miniredis.Miniredis { return miniredis.RunT(t) }
 
 func newBackend(t *testing.T, name, addr string) *backend {
-	b := &backend{name: name, addr: addr, clock: NewManualClock(epoch)}
+	start := clockStart()
+	b := &backend{name: name, addr: addr, start: start, clock: NewManualClock(start)}
 	b.raw = b.client(t)
 	return b
 }
@@ -60,17 +69,28 @@ func (b *backend) client(t testing.TB) *redis.Client {
 }
 
 // locker returns a Locker on a new client with the backend's ManualClock,
-// a TTL of 10s and fast backoff; opts override these. It sends the classic
-// commands only (SETNX, PEXPIRE, WATCH/MULTI/EXEC), which the hazard tests
-// inspect and intercept one by one; paths_test.go runs the behaviour on the
-// scripted and SET NX PX paths as well.
+// a TTL of 10s and fast backoff; opts override these. It takes the path
+// users get by default (scripts, the queue); a test about the commands of
+// another path asks for it (WithoutScripts, WithClassicCommands), and
+// paths_test.go runs the behaviour on every path.
 func (b *backend) locker(t testing.TB, opts ...Option) *Locker {
 	return b.lockerOn(t, b.client(t), opts...)
 }
 
+// classicLocker is locker on the classic path (WithClassicCommands): SETNX,
+// GET, PEXPIRE and WATCH/MULTI/EXEC, which the hazard tests of the SETNX
+// page's steps inspect and intercept command by command.
+func (b *backend) classicLocker(t testing.TB, opts ...Option) *Locker {
+	return b.classicLockerOn(t, b.client(t), opts...)
+}
+
+func (b *backend) classicLockerOn(t testing.TB, client redis.UniversalClient, opts ...Option) *Locker {
+	return b.lockerOn(t, client, append([]Option{WithClassicCommands()}, opts...)...)
+}
+
 func (b *backend) lockerOn(t testing.TB, client redis.UniversalClient, opts ...Option) *Locker {
 	t.Helper()
-	base := []Option{WithClassicCommands(), WithClock(b.clock), WithTTL(10 * time.Second), WithBackoff(time.Millisecond, 5*time.Millisecond)}
+	base := []Option{WithClock(b.clock), WithTTL(10 * time.Second), WithBackoff(time.Millisecond, 5*time.Millisecond)}
 	l, err := New(client, append(base, opts...)...)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = l.Close() }) // before its client closes: cleanups run last first
@@ -92,7 +112,18 @@ func (b *backend) value(t testing.TB, key string) string {
 // the clock to the instant its lease ends.
 func (b *backend) crashedHolder(t testing.TB, key string) {
 	t.Helper()
-	lock, err := b.locker(t).TryAcquire(context.Background(), key)
+	b.crashedHolderOf(t, key, b.locker(t))
+}
+
+// classicCrashedHolder is crashedHolder on the classic path.
+func (b *backend) classicCrashedHolder(t testing.TB, key string) {
+	t.Helper()
+	b.crashedHolderOf(t, key, b.classicLocker(t))
+}
+
+func (b *backend) crashedHolderOf(t testing.TB, key string, l *Locker) {
+	t.Helper()
+	lock, err := l.TryAcquire(context.Background(), key)
 	require.NoError(t, err)
 	b.clock.Set(lock.ExpiresAt())
 }
@@ -108,7 +139,7 @@ type racer struct {
 }
 
 // startRacer starts a TryAcquire of key on a new client and waits until it
-// has read the expired value.
+// has read the expired value (the GET of its takeover's watch).
 func (b *backend) startRacer(t *testing.T, key string) *racer {
 	t.Helper()
 	client := b.client(t)
@@ -124,10 +155,18 @@ func (b *backend) set(t testing.TB, key, value string) {
 	require.NoError(t, b.raw.Set(context.Background(), key, value, 0).Err())
 }
 
-// recorder is a go-redis hook that records the commands a client sends.
+// recorder is a go-redis hook that records the commands a client sends,
+// and which of the library's scripts each EVALSHA or EVAL runs.
 type recorder struct {
-	mu   sync.Mutex
-	cmds []string
+	mu      sync.Mutex
+	cmds    []string
+	scripts []string
+}
+
+// scriptNames names the library's scripts by their SHA1, as EVALSHA sends it.
+var scriptNames = map[string]string{
+	acquireScript.Hash(): "acquire", queuedScript.Hash(): "queued",
+	releaseScript.Hash(): "release", leaveScript.Hash(): "leave",
 }
 
 func record(c *redis.Client) *recorder {
@@ -142,6 +181,9 @@ func (r *recorder) add(cmds ...redis.Cmder) {
 	for _, cmd := range cmds {
 		switch cmd.Name() {
 		case "hello", "client", "auth", "select": // connection setup, not our algorithm
+		case "evalsha":
+			r.cmds = append(r.cmds, "EVALSHA")
+			r.scripts = append(r.scripts, scriptNames[fmt.Sprint(cmd.Args()[1])])
 		default:
 			r.cmds = append(r.cmds, strings.ToUpper(cmd.Name()))
 		}
@@ -152,7 +194,15 @@ func (r *recorder) add(cmds ...redis.Cmder) {
 func (r *recorder) reset() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.cmds = nil
+	r.cmds, r.scripts = nil, nil
+}
+
+// scriptsRun returns the library's scripts run so far by EVALSHA, e.g.
+// "acquire queued release".
+func (r *recorder) scriptsRun() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return strings.Join(r.scripts, " ")
 }
 
 // names returns the commands sent so far, e.g. "SETNX GET GETSET".
@@ -251,7 +301,7 @@ func newGate(t *testing.T, c *redis.Client, name string, n int, before bool) *ga
 			err = send()
 		}
 		close(g.arrived)
-		<-g.open
+		<-g.open // bounded: the test passes the gate, or its cleanup does
 		if before {
 			err = send()
 		}

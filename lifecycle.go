@@ -8,34 +8,53 @@ import (
 )
 
 // A lock's life ends when it is released or lost. Done and Err report it;
-// Context turns it into cancellation; the watch goroutine notices a loss
+// Context turns it into cancellation; the keeper goroutine notices a loss
 // nobody asked about (H8): the lease running out, or, with auto-refresh, a
 // renewal refused because the key is no longer ours.
 
 // errReleased is the cause of a Context cancelled by a successful Release.
 var errReleased = errors.New("setnxlock: lock released")
 
+// errNilLock is what the methods of a nil *Lock report: it holds nothing.
+// It is common to write defer lock.Release(ctx) before checking the error
+// of the acquisition that returned the nil Lock.
+var errNilLock = fmt.Errorf("%w: nil Lock", ErrNotHeld)
+
+// closedChannel is a nil Lock's Done: it holds nothing, so it is over.
+var closedChannel = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
 // Done returns a channel that is closed once the lock has been released or
 // lost. Without auto-refresh a lock is lost when its lease runs out by the
 // Locker's clock, or when Refresh or Release finds the key no longer ours.
+// A nil Lock, which holds nothing, returns a closed channel.
 func (k *Lock) Done() <-chan struct{} {
-	k.startWatch()
-	return k.done
+	if k == nil {
+		return closedChannel
+	}
+	k.startKeeper()
+	return k.lease.done
 }
 
 // Err returns nil while the lock is held and after a successful Release,
-// and an error matching ErrNotHeld once the lock has been lost.
+// and an error matching ErrNotHeld once the lock has been lost, or when k
+// is nil.
 func (k *Lock) Err() error {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	return k.err
+	if k == nil {
+		return errNilLock
+	}
+	return k.lease.reason()
 }
 
 // Context returns a context derived from parent that is cancelled when the
 // lock is released or lost, so work under the lock can stop. After a loss
-// context.Cause reports an error matching ErrNotHeld.
+// context.Cause reports an error matching ErrNotHeld; for a nil Lock the
+// context is cancelled from the start, with that cause.
 func (k *Lock) Context(parent context.Context) context.Context {
 	ctx, cancel := context.WithCancelCause(parent)
+	if k == nil {
+		cancel(errNilLock)
+		return ctx
+	}
 	done := k.Done()
 	go func() {
 		select {
@@ -51,48 +70,44 @@ func (k *Lock) Context(parent context.Context) context.Context {
 	return ctx
 }
 
-// finish ends the lock's life with err (nil for a release) the first time
-// it is called, and returns err.
-func (k *Lock) finish(err error) error {
-	k.finished.Do(func() {
-		k.mu.Lock()
-		k.err = err
-		k.mu.Unlock()
-		close(k.done)
+// finish moves the lock to state, released or lost, and ends its life with
+// err (nil for a release) the first time it is called; it returns err.
+func (k *Lock) finish(state lockState, err error) error {
+	k.state.store(state)
+	if k.lease.end(err) {
 		e := Event{Kind: EventReleased, Key: k.key, ExpiresAt: k.ExpiresAt(), FencingToken: k.fencingToken, Err: err}
 		if err != nil {
 			e.Kind = EventLost
 		}
 		k.locker.observe(e)
-	})
+	}
 	return err
 }
 
-// startWatch starts the goroutine that keeps or watches the lease, once.
-func (k *Lock) startWatch() {
-	k.watching.Do(func() {
-		watchDone := make(chan struct{})
-		k.mu.Lock()
-		k.watchDone = watchDone
-		k.mu.Unlock()
+// startKeeper starts, once, the keeper: the goroutine that renews the
+// lease (auto-refresh) or watches it run out.
+func (k *Lock) startKeeper() {
+	k.lease.keeping.Do(func() {
+		keeperDone := make(chan struct{})
+		k.lease.mu.Lock()
+		k.lease.keeperDone = keeperDone
+		k.lease.mu.Unlock()
 		go func() {
-			defer close(watchDone)
-			k.watch()
+			defer close(keeperDone)
+			k.keep()
 		}()
 	})
 }
 
-// awaitWatch waits, at most until ctx ends, for the watch goroutine to
+// awaitKeeper waits, at most until ctx ends, for the keeper goroutine to
 // return once the lock is over, so that no goroutine outlives its lock.
-func (k *Lock) awaitWatch(ctx context.Context) {
-	select {
-	case <-k.done:
-	default:
+func (k *Lock) awaitKeeper(ctx context.Context) {
+	if !k.lease.over() {
 		return // still held (a Release that failed in transit)
 	}
-	k.mu.Lock()
-	started := k.watchDone
-	k.mu.Unlock()
+	k.lease.mu.Lock()
+	started := k.lease.keeperDone
+	k.lease.mu.Unlock()
 	if started != nil {
 		select {
 		case <-started:
@@ -101,7 +116,7 @@ func (k *Lock) awaitWatch(ctx context.Context) {
 	}
 }
 
-// watch runs until the lock is over. With auto-refresh it renews the lease
+// keep runs until the lock is over. With auto-refresh it renews the lease
 // every interval, and a quarter interval after a renewal that failed on the
 // network, until Release is called; otherwise it only waits for the lease
 // to run out. It never sleeps past the end of the lease, and Refresh wakes
@@ -111,15 +126,13 @@ func (k *Lock) awaitWatch(ctx context.Context) {
 // began, when it ends, when a renewal failed), never from when the
 // goroutine happens to run, so a renewal is neither late nor early however
 // the goroutine is scheduled against moves of the clock.
-func (k *Lock) watch() {
+func (k *Lock) keep() {
 	l := k.locker
 	interval := l.cfg.refreshEvery()
 	var retryAt time.Time // after a renewal failed on the network
 	for {
-		k.mu.Lock()
-		wakeAt, renewedAt := k.expiresAt, k.renewedAt
-		k.mu.Unlock()
-		renewing := l.cfg.autoRefresh && !k.releasing.Load()
+		wakeAt, renewedAt := k.lease.ends(), k.lease.began()
+		renewing := l.cfg.autoRefresh && k.state.load() == held
 		if renewing {
 			next := renewedAt.Add(interval)
 			if !retryAt.IsZero() {
@@ -128,16 +141,16 @@ func (k *Lock) watch() {
 			wakeAt = earliest(wakeAt, next)
 		}
 		select {
-		case <-k.done:
+		case <-k.lease.done:
 			return
-		case <-k.moved:
+		case <-k.lease.moved:
 			continue
 		case <-at(l.cfg.clock, wakeAt):
 		}
 		if k.endIfRunOut() {
 			return
 		}
-		if renewing && !k.releasing.Load() { // Release may have come while we slept
+		if renewing && k.state.load() == held { // Release may have come while we slept
 			retryAt = time.Time{}
 			if err := k.renew(); err != nil {
 				// A refusal has ended the lock; anything else is retried soon.
@@ -153,16 +166,14 @@ func (k *Lock) watch() {
 func (k *Lock) endIfRunOut() bool {
 	_ = k.lockOp(context.Background(), "watch")
 	defer k.unlockOp()
-	select {
-	case <-k.done:
+	if k.lease.over() {
 		return true
-	default:
 	}
 	ends := k.ExpiresAt()
 	if !expired(ends, k.locker.cfg.clock.Now()) {
 		return false
 	}
-	k.finish(fmt.Errorf("%w: the lease on %q ran out at %s", ErrNotHeld, k.key, ends.UTC().Format(time.RFC3339Nano)))
+	k.finish(lost, fmt.Errorf("%w: the lease on %q ran out at %s", ErrNotHeld, k.key, ends.UTC().Format(time.RFC3339Nano)))
 	return true
 }
 

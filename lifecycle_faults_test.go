@@ -9,6 +9,8 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/setnxlock/setnxlock/internal/await"
 )
 
 // Scenarios from the review of the lease lifecycle: each failed before its
@@ -23,7 +25,13 @@ func TestAStalledWinnerCannotEndItsSuccessorsLease(t *testing.T) {
 		var once sync.Once
 		stall := ObserverFunc(func(e Event) {
 			if e.Kind == EventAcquired {
-				once.Do(func() { close(entered); <-resume })
+				once.Do(func() {
+					close(entered)
+					select { // not the test's goroutine: wait, but never fail here
+					case <-resume:
+					case <-time.After(await.Timeout):
+					}
+				})
 			}
 		})
 		stalled := make(chan struct{})
@@ -31,12 +39,12 @@ func TestAStalledWinnerCannotEndItsSuccessorsLease(t *testing.T) {
 			defer close(stalled)
 			_, _ = b.locker(t, WithObserver(stall)).TryAcquire(ctx, "lock.k")
 		}()
-		<-entered
+		await.Recv(t, entered, "the winner stalling after its SETNX")
 		b.clock.Advance(21 * time.Second) // the stalled winner's lease is long over
 		successor, err := b.locker(t).TryAcquire(ctx, "lock.k")
 		require.NoError(t, err)
 		close(resume)
-		<-stalled
+		await.Recv(t, stalled, "the stalled acquisition's return")
 
 		require.True(t, successor.ExpiresAt().After(b.clock.Now()))
 		_, err = b.locker(t).TryAcquire(ctx, "lock.k")
@@ -56,7 +64,7 @@ func TestALostShorteningRefreshBelievesTheEarlierEnd(t *testing.T) {
 		done := lock.Done()
 		loseReply(client, "exec")
 		require.Error(t, lock.Refresh(ctx, 2*time.Second))
-		assert.Equal(t, epoch.Add(2*time.Second), lock.ExpiresAt())
+		assert.Equal(t, b.start.Add(2*time.Second), lock.ExpiresAt())
 
 		b.clock.Advance(2 * time.Second)
 		eventually(t, "lost when the shorter lease ran out", func() bool { return closed(done) })
@@ -93,7 +101,7 @@ func TestAFailedReleaseStillStopsAutoRefresh(t *testing.T) {
 			b.clock.Advance(3 * time.Second)
 			time.Sleep(10 * time.Millisecond)
 		}
-		assert.Equal(t, epoch.Add(9*time.Second), lock.ExpiresAt(), "no renewal after Release")
+		assert.Equal(t, b.start.Add(9*time.Second), lock.ExpiresAt(), "no renewal after Release")
 		b.clock.Advance(3 * time.Second)
 		eventually(t, "the lease ran out unrenewed", func() bool { return closed(lock.Done()) })
 		require.ErrorIs(t, lock.Err(), ErrNotHeld)
@@ -120,7 +128,7 @@ func TestNoLossIsDeclaredUnderARefreshInFlight(t *testing.T) {
 		time.Sleep(20 * time.Millisecond) // the watch wakes and must wait for the Refresh
 		assert.False(t, closed(done))
 		inFlight.pass()
-		require.NoError(t, <-refreshed)
+		require.NoError(t, await.Recv(t, refreshed, "the Refresh in flight"))
 		assert.NoError(t, lock.Err())
 		require.NoError(t, lock.Release(ctx))
 	})
@@ -133,13 +141,19 @@ func TestReleaseHonoursItsContextDuringARenewal(t *testing.T) {
 	inRenewal, slowDone := make(chan struct{}), make(chan struct{})
 	var once sync.Once
 	hookCommand(client, "exec", func(send func() error) error {
-		once.Do(func() { close(inRenewal); <-slowDone }) // a renewal stuck on the network
+		once.Do(func() { // a renewal stuck on the network, until the test ends it
+			close(inRenewal)
+			select {
+			case <-slowDone:
+			case <-time.After(await.Timeout):
+			}
+		})
 		return send()
 	})
 	lock, err := b.lockerOn(t, client, WithTTL(9*time.Second), WithAutoRefresh()).TryAcquire(ctx, "lock.k")
 	require.NoError(t, err)
 	b.clock.Advance(3 * time.Second)
-	<-inRenewal
+	await.Recv(t, inRenewal, "the renewal reaching the network")
 
 	short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
 	defer cancel()
@@ -160,7 +174,7 @@ func TestServerClockCloseIsSafeConcurrentlyAndDoesNotWait(t *testing.T) {
 			wg.Add(1)
 			go func() { defer wg.Done(); _ = c.Close() }()
 		}
-		wg.Wait()
+		await.Group(t, &wg, "concurrent Closes")
 	}
 
 	c, err := NewServerClock(ctx, client, 5*time.Millisecond)
@@ -175,7 +189,7 @@ func TestServerClockCloseIsSafeConcurrentlyAndDoesNotWait(t *testing.T) {
 		}
 		return send()
 	})
-	<-inTime
+	await.Recv(t, inTime, "the TIME sample in flight")
 	closed := make(chan error, 1)
 	go func() { closed <- c.Close() }()
 	select {

@@ -12,6 +12,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/setnxlock/setnxlock/internal/await"
 )
 
 // noLockGoroutineLeft fails the test if a goroutine of a Lock (its watch or
@@ -96,12 +98,12 @@ func TestAKeyOverwrittenBehindTheHoldersBackIsLost(t *testing.T) {
 		require.NoError(t, err)
 		work := lock.Context(ctx)
 
-		foreign := strconv.FormatInt(epoch.Add(time.Hour).UnixMilli(), 10)
+		foreign := strconv.FormatInt(b.start.Add(time.Hour).UnixMilli(), 10)
 		b.set(t, "lock.k", foreign)
 		b.clock.Advance(3 * time.Second)
 		eventually(t, "the refused renewal ends the lock", func() bool { return closed(lock.Done()) })
 		require.ErrorIs(t, lock.Err(), ErrNotHeld)
-		<-work.Done()
+		await.Recv(t, work.Done(), "the lock's context ending after the loss")
 		require.ErrorIs(t, context.Cause(work), ErrNotHeld)
 		assert.Equal(t, foreign, b.value(t, "lock.k"))
 		require.ErrorIs(t, lock.Release(ctx), ErrNotHeld)
@@ -153,7 +155,7 @@ func TestReleaseEndsTheContextWithoutALoss(t *testing.T) {
 		require.NoError(t, work.Err())
 
 		require.NoError(t, lock.Release(ctx))
-		<-work.Done()
+		await.Recv(t, work.Done(), "the lock's context ending after Release")
 		assert.NoError(t, lock.Err())
 		assert.NotErrorIs(t, context.Cause(work), ErrNotHeld)
 	})

@@ -9,6 +9,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/setnxlock/setnxlock/internal/await"
 )
 
 var ctx = context.Background()
@@ -17,17 +19,17 @@ func TestUncontendedLockIsTakenWithSetnxAndReleased(t *testing.T) {
 	onEachBackend(t, func(t *testing.T, b *backend) {
 		client := b.client(t)
 		sent := record(client)
-		l := b.lockerOn(t, client)
+		l := b.classicLockerOn(t, client)
 
 		lock, err := l.TryAcquire(ctx, "lock.report")
 		require.NoError(t, err)
 		assert.Equal(t, "lock.report", lock.Key())
-		assert.Equal(t, epoch.Add(10*time.Second), lock.ExpiresAt())
+		assert.Equal(t, b.start.Add(10*time.Second), lock.ExpiresAt())
 		assert.Equal(t, "SETNX PEXPIRE", sent.names(), "SETNX, then the safety net (H6)")
 
 		stored := b.value(t, "lock.report")
 		expiryMillis, token, _ := strings.Cut(stored, ":")
-		assert.Equal(t, strconv.FormatInt(epoch.Add(10*time.Second).UnixMilli(), 10), expiryMillis)
+		assert.Equal(t, strconv.FormatInt(b.start.Add(10*time.Second).UnixMilli(), 10), expiryMillis)
 		assert.GreaterOrEqual(t, len(token)*5, 128, "owner token must carry at least 128 random bits")
 
 		require.NoError(t, lock.Release(ctx))
@@ -89,7 +91,7 @@ func TestReleaseLeavesAValueThatIsNotOursAlone(t *testing.T) {
 	onEachBackend(t, func(t *testing.T, b *backend) {
 		lock, err := b.locker(t).TryAcquire(ctx, "lock.k")
 		require.NoError(t, err)
-		foreign := strconv.FormatInt(epoch.Add(time.Minute).UnixMilli(), 10)
+		foreign := strconv.FormatInt(b.start.Add(time.Minute).UnixMilli(), 10)
 		b.set(t, "lock.k", foreign)
 
 		require.ErrorIs(t, lock.Release(ctx), ErrNotHeld)
@@ -122,6 +124,29 @@ func TestReleaseTwiceReportsNotHeld(t *testing.T) {
 	})
 }
 
+// Issue 11, finding 10: a refused acquisition returns a nil *Lock, and
+// "defer lock.Release(ctx)" written before the error is checked is common.
+// Every method of a nil Lock says it holds nothing instead of panicking:
+// ErrNotHeld, or the zero value, and a Done that is already closed.
+func TestANilLockHoldsNothingAndNeverPanics(t *testing.T) {
+	b := newBackend(t, "miniredis", startMiniredis(t))
+	_, err := b.locker(t).TryAcquire(ctx, "lock.k")
+	require.NoError(t, err)
+	lock, err := b.locker(t).TryAcquire(ctx, "lock.k")
+	require.ErrorIs(t, err, ErrNotAcquired)
+	require.Nil(t, lock)
+
+	assert.ErrorIs(t, lock.Release(ctx), ErrNotHeld)
+	assert.ErrorIs(t, lock.Refresh(ctx, time.Second), ErrNotHeld)
+	assert.ErrorIs(t, lock.Err(), ErrNotHeld)
+	assert.Equal(t, "", lock.Key())
+	assert.True(t, lock.ExpiresAt().IsZero())
+	assert.Zero(t, lock.FencingToken())
+	assert.True(t, closed(lock.Done()), "a nil Lock is over")
+	work := lock.Context(ctx)
+	assert.ErrorIs(t, context.Cause(work), ErrNotHeld, "its context is cancelled from the start")
+}
+
 // H5: the server applies SETNX but the reply is lost. The next attempt finds
 // our own token at the key and takes the lock instead of waiting out our own
 // lease.
@@ -129,7 +154,7 @@ func TestLostSetnxReplyIsRecognisedOnTheNextAttempt(t *testing.T) {
 	onEachBackend(t, func(t *testing.T, b *backend) {
 		client := b.client(t)
 		loseReply(client, "setnx")
-		l := b.lockerOn(t, client)
+		l := b.classicLockerOn(t, client)
 
 		_, err := l.TryAcquire(ctx, "lock.k")
 		require.Error(t, err)
@@ -140,7 +165,7 @@ func TestLostSetnxReplyIsRecognisedOnTheNextAttempt(t *testing.T) {
 		require.Equal(t, time.Duration(-1), b.raw.PTTL(ctx, "lock.k").Val(), "no safety net yet: its PEXPIRE never went out")
 		lock, err := l.TryAcquire(ctx, "lock.k")
 		require.NoError(t, err, "our own SETNX must be recognised")
-		assert.Equal(t, epoch.Add(10*time.Second), lock.ExpiresAt(), "the lease is the one we wrote")
+		assert.Equal(t, b.start.Add(10*time.Second), lock.ExpiresAt(), "the lease is the one we wrote")
 		assert.Equal(t, written, b.value(t, "lock.k"))
 		assert.Greater(t, b.raw.PTTL(ctx, "lock.k").Val(), time.Duration(0), "the recognised lease gets its safety net (H6)")
 		require.NoError(t, lock.Release(ctx))
@@ -190,10 +215,10 @@ func TestALeaseThatEndedBeforeTheReplyIsNotGranted(t *testing.T) {
 			b.clock.Advance(10 * time.Second) // the reply arrives a whole TTL later
 			return err
 		})
-		_, err := b.lockerOn(t, client).TryAcquire(ctx, "lock.k")
+		_, err := b.classicLockerOn(t, client).TryAcquire(ctx, "lock.k")
 		require.ErrorIs(t, err, ErrNotAcquired)
 
-		other, err := b.locker(t).TryAcquire(ctx, "lock.k")
+		other, err := b.classicLocker(t).TryAcquire(ctx, "lock.k")
 		require.NoError(t, err, "the stale value is expired and can be taken over")
 		require.NoError(t, other.Release(ctx))
 	})
@@ -243,7 +268,7 @@ func TestStartingOverIsBounded(t *testing.T) {
 	onEachBackend(t, func(t *testing.T, b *backend) {
 		client := b.client(t)
 		sent := record(client)
-		live := strconv.FormatInt(epoch.Add(time.Minute).UnixMilli(), 10)
+		live := strconv.FormatInt(b.start.Add(time.Minute).UnixMilli(), 10)
 		hookCommand(client, "setnx", func(send func() error) error {
 			b.set(t, "lock.k", live) // someone holds it as our SETNX arrives...
 			return send()
@@ -253,7 +278,7 @@ func TestStartingOverIsBounded(t *testing.T) {
 			return send()
 		})
 
-		_, err := b.lockerOn(t, client).TryAcquire(ctx, "lock.k")
+		_, err := b.classicLockerOn(t, client).TryAcquire(ctx, "lock.k")
 		require.ErrorIs(t, err, ErrNotAcquired)
 		assert.Equal(t, strings.Repeat("SETNX GET ", maxStartOvers-1)+"SETNX GET", sent.names())
 	})
@@ -272,7 +297,7 @@ func TestAcquireWaitsForTheHolderToRelease(t *testing.T) {
 		}()
 		// The holder's Release must return before the test ends and its
 		// client closes, even when the waiter is quicker.
-		defer func() { assert.NoError(t, <-releaseErr) }()
+		defer func() { assert.NoError(t, await.Recv(t, releaseErr, "the holder's Release")) }()
 
 		ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()

@@ -74,7 +74,7 @@ func TestObserverHearsEveryEvent(t *testing.T) {
 
 		third, err := observed().TryAcquire(ctx, "lock.k")
 		require.NoError(t, err)
-		b.set(t, "lock.k", strconv.FormatInt(epoch.Add(time.Hour).UnixMilli(), 10))
+		b.set(t, "lock.k", strconv.FormatInt(b.start.Add(time.Hour).UnixMilli(), 10))
 		require.ErrorIs(t, third.Refresh(ctx, time.Minute), ErrNotHeld)
 		assert.ErrorIs(t, seen.last().Err, ErrNotHeld)
 

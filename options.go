@@ -34,6 +34,8 @@ type config struct {
 	noScripts   bool   // WithoutScripts: only the classic commands, never EVAL/EVALSHA
 	format      Format // what we write; we read every format
 	classic     bool   // WithClassicCommands: SETNX and PEXPIRE, as if the server knew nothing newer
+
+	subscribeTimeout time.Duration // how long a SUBSCRIBE's confirmation is awaited; tests lengthen it
 }
 
 func defaultConfig() config {
@@ -42,6 +44,8 @@ func defaultConfig() config {
 		clock:      systemClock{},
 		minBackoff: DefaultMinBackoff,
 		maxBackoff: DefaultMaxBackoff,
+
+		subscribeTimeout: defaultSubscribeTimeout,
 	}
 }
 

@@ -8,6 +8,8 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/setnxlock/setnxlock/internal/await"
 )
 
 func TestBadConfigurationIsRejected(t *testing.T) {
@@ -57,13 +59,13 @@ func TestBadCallsWriteNothing(t *testing.T) {
 	onEachBackend(t, func(t *testing.T, b *backend) {
 		client := b.client(t)
 		sent := record(client)
-		l := b.lockerOn(t, client)
+		l := b.classicLockerOn(t, client)
 		cancelled, cancel := context.WithCancel(ctx)
 		cancel()
 
 		_, err := l.TryAcquire(ctx, "")
 		require.ErrorIs(t, err, ErrInvalidArgument)
-		_, err = l.Acquire(ctx, "")
+		_, err = l.Acquire(await.Context(t), "")
 		require.ErrorIs(t, err, ErrInvalidArgument)
 
 		_, err = l.TryAcquire(cancelled, "lock.k")

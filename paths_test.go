@@ -7,13 +7,17 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/setnxlock/setnxlock/internal/await"
 )
 
-// path is one way a Locker talks to Redis. The behaviour is the same on
-// all of them; only the commands and round trips differ.
-type path struct {
+// lockPath is one way a Locker talks to Redis (path.go), chosen by the
+// option users choose it with. The behaviour is the same on all of them;
+// only the commands and round trips differ.
+type lockPath struct {
 	name string
 	opt  Option
 	// acquire is the command that carries an attempt's SETNX, the one a
@@ -21,14 +25,17 @@ type path struct {
 	acquire string
 }
 
-var paths = []path{
-	{"scripts", func(c *config) error { c.classic = false; return nil }, "evalsha"},
-	{"commands", func(c *config) error { c.classic = false; c.noScripts = true; return nil }, "set"},
+// asIs adds nothing to the harness's Locker, which takes the default path.
+var asIs Option = func(*config) error { return nil }
+
+var paths = []lockPath{
+	{"scripts", asIs, "evalsha"},
+	{"commands", WithoutScripts(), "set"},
 	{"classic", WithClassicCommands(), "setnx"},
 }
 
 // onEachPath runs the scenario on every path and every backend.
-func onEachPath(t *testing.T, scenario func(t *testing.T, b *backend, p path)) {
+func onEachPath(t *testing.T, scenario func(t *testing.T, b *backend, p lockPath)) {
 	for _, p := range paths {
 		t.Run(p.name, func(t *testing.T) {
 			onEachBackend(t, func(t *testing.T, b *backend) { scenario(t, b, p) })
@@ -36,13 +43,16 @@ func onEachPath(t *testing.T, scenario func(t *testing.T, b *backend, p path)) {
 	}
 }
 
-// warm loads the scripts into the server, so that the next EVALSHA runs
-// the script rather than answering NOSCRIPT.
+// warm loads the library's scripts into the server, so that the next
+// EVALSHA of each runs the script rather than answering NOSCRIPT (and
+// being sent again as EVAL).
 func warm(t *testing.T, l *Locker) {
 	t.Helper()
-	lock, err := l.TryAcquire(ctx, "lock.warm-up")
-	require.NoError(t, err)
-	require.NoError(t, lock.Release(ctx))
+	for _, script := range []interface {
+		Load(context.Context, redis.Scripter) *redis.StringCmd
+	}{acquireScript, queuedScript, releaseScript, leaveScript} {
+		require.NoError(t, script.Load(ctx, l.client).Err())
+	}
 }
 
 // The round trips each path takes for an uncontended cycle, and that each
@@ -53,7 +63,7 @@ func TestEachPathTakesItsRoundTrips(t *testing.T) {
 		"commands": {"SET", "WATCH GET MULTI DEL PUBLISH EXEC"},
 		"classic":  {"SETNX PEXPIRE", "WATCH GET MULTI DEL PUBLISH EXEC"},
 	}
-	onEachPath(t, func(t *testing.T, b *backend, p path) {
+	onEachPath(t, func(t *testing.T, b *backend, p lockPath) {
 		client := b.client(t)
 		l := b.lockerOn(t, client, p.opt, WithExpiryGrace(5*time.Second))
 		warm(t, l)
@@ -75,7 +85,7 @@ func TestEachPathTakesItsRoundTrips(t *testing.T) {
 // is taken over with increasing tokens, and the late holder's Release
 // leaves the successor alone.
 func TestEveryPathRefusesTakesOverAndReleasesOnlyItsOwn(t *testing.T) {
-	onEachPath(t, func(t *testing.T, b *backend, p path) {
+	onEachPath(t, func(t *testing.T, b *backend, p lockPath) {
 		for _, format := range []Format{TokenFormat, UnixMillis} {
 			key := "lock." + format.String()
 			first, err := b.locker(t, p.opt, WithFencing(), WithFormat(format)).TryAcquire(ctx, key)
@@ -101,7 +111,7 @@ func TestEveryPathRefusesTakesOverAndReleasesOnlyItsOwn(t *testing.T) {
 // H5 on every path: the reply of the command that created the key is lost;
 // the next attempt recognises the lease as ours.
 func TestEveryPathRecognisesItsLostAcquireReply(t *testing.T) {
-	onEachPath(t, func(t *testing.T, b *backend, p path) {
+	onEachPath(t, func(t *testing.T, b *backend, p lockPath) {
 		client := b.client(t)
 		l := b.lockerOn(t, client, p.opt)
 		warm(t, l)
@@ -120,7 +130,7 @@ func TestEveryPathRecognisesItsLostAcquireReply(t *testing.T) {
 // retry reports success, and a later holder's key is never touched.
 func TestEveryPathRetriesALostReleaseSafely(t *testing.T) {
 	release := map[string]string{"scripts": "evalsha", "commands": "exec", "classic": "exec"}
-	onEachPath(t, func(t *testing.T, b *backend, p path) {
+	onEachPath(t, func(t *testing.T, b *backend, p lockPath) {
 		client := b.client(t)
 		l := b.lockerOn(t, client, p.opt)
 		warm(t, l)
@@ -143,7 +153,7 @@ func TestEveryPathRetriesALostReleaseSafely(t *testing.T) {
 // H7 on every path: garbage and keys of other types are reported and left
 // untouched.
 func TestEveryPathLeavesForeignValuesAlone(t *testing.T) {
-	onEachPath(t, func(t *testing.T, b *backend, p path) {
+	onEachPath(t, func(t *testing.T, b *backend, p lockPath) {
 		l := b.locker(t, p.opt)
 		b.set(t, "lock.garbage", "not a lock")
 		_, err := l.TryAcquire(ctx, "lock.garbage")
@@ -161,7 +171,7 @@ func TestEveryPathLeavesForeignValuesAlone(t *testing.T) {
 // never moves, the waiter could only get in by polling after its backoff or
 // the holder's 10s lease, long after its 5s deadline.
 func TestReleaseWakesAWaiterAtOnce(t *testing.T) {
-	onEachPath(t, func(t *testing.T, b *backend, p path) {
+	onEachPath(t, func(t *testing.T, b *backend, p lockPath) {
 		holder, err := b.locker(t, p.opt).TryAcquire(ctx, "lock.k")
 		require.NoError(t, err)
 		waiter := b.locker(t, p.opt, WithBackoff(time.Minute, time.Minute), WithObserver(ObserverFunc(func(e Event) {
@@ -201,7 +211,8 @@ func TestAReleaseBeforeTheSubscriptionIsNotMissed(t *testing.T) {
 // Mutual exclusion on every path, with real time, wake-ups and several
 // Lockers contending for one key.
 func TestEveryPathKeepsMutualExclusionUnderContention(t *testing.T) {
-	onEachPath(t, func(t *testing.T, b *backend, p path) {
+	onEachPath(t, func(t *testing.T, b *backend, p lockPath) {
+		waitCtx := await.Context(t)
 		var inside, most atomic.Int32
 		var wg sync.WaitGroup
 		for range 4 {
@@ -210,7 +221,7 @@ func TestEveryPathKeepsMutualExclusionUnderContention(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				for range 25 {
-					lock, err := l.Acquire(ctx, "lock.k")
+					lock, err := l.Acquire(waitCtx, "lock.k")
 					if !assert.NoError(t, err) {
 						return
 					}
@@ -223,7 +234,7 @@ func TestEveryPathKeepsMutualExclusionUnderContention(t *testing.T) {
 				}
 			}()
 		}
-		wg.Wait()
+		await.Group(t, &wg, "the contending workers")
 		assert.Equal(t, int32(1), most.Load(), "holders inside the critical section at once")
 	})
 }

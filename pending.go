@@ -13,17 +13,17 @@ import (
 // nobody else knows the random token.
 type pendingWrites struct {
 	mu    sync.Mutex
-	byKey map[string][]lease
+	byKey map[string][]stamp
 }
 
 // remember records a write of value on key whose reply was lost. Entries
 // whose lease is over at now are dropped at the same time, so the map holds
 // only writes that could still be claimed.
-func (p *pendingWrites) remember(key string, write lease, now time.Time) {
+func (p *pendingWrites) remember(key string, write stamp, now time.Time) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.byKey == nil {
-		p.byKey = make(map[string][]lease)
+		p.byKey = make(map[string][]stamp)
 	}
 	for k, writes := range p.byKey {
 		if live := unexpired(writes, now); len(live) > 0 {
@@ -35,9 +35,9 @@ func (p *pendingWrites) remember(key string, write lease, now time.Time) {
 	p.byKey[key] = append(p.byKey[key], write)
 }
 
-// claim reports whether current is a remembered write on key whose lease is
+// take reports whether current is a remembered write on key whose lease is
 // still live at now, and forgets the key's remembered writes if so.
-func (p *pendingWrites) claim(key, current string, now time.Time) (lease, bool) {
+func (p *pendingWrites) take(key, current string, now time.Time) (stamp, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for _, write := range p.byKey[key] {
@@ -46,10 +46,10 @@ func (p *pendingWrites) claim(key, current string, now time.Time) (lease, bool) 
 			return write, true
 		}
 	}
-	return lease{}, false
+	return stamp{}, false
 }
 
-func unexpired(writes []lease, now time.Time) []lease {
+func unexpired(writes []stamp, now time.Time) []stamp {
 	live := writes[:0]
 	for _, w := range writes {
 		if !expired(w.expiry, now) {

@@ -14,8 +14,11 @@ import (
 // and the server-side safety net reset (H6) in one watched transaction. On a
 // network error the lease may or may not have moved: ExpiresAt keeps the
 // earlier of the old and the new end, the safe one to believe, and Refresh
-// may be called again.
+// may be called again. Refresh on a nil Lock returns ErrNotHeld.
 func (k *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
+	if k == nil {
+		return errNilLock
+	}
 	if ttl < time.Millisecond {
 		return fmt.Errorf("%w: TTL %v is below 1ms", ErrInvalidArgument, ttl)
 	}
@@ -23,20 +26,18 @@ func (k *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 		return err
 	}
 	defer k.unlockOp()
-	if err := k.usable(ctx, "refresh"); err != nil {
+	if err := k.callable(ctx, "refresh"); err != nil {
 		return err
 	}
-	select {
-	case <-k.done: // once lost, always lost: Done and Err have said so
+	if k.lease.over() { // once lost, always lost: Done and Err have said so
 		return k.Err()
-	default:
 	}
 	l := k.locker
 	now := l.cfg.clock.Now()
 	if ends := k.ExpiresAt(); expired(ends, now) {
-		return k.finish(fmt.Errorf("%w: the lease on %q expired at %s", ErrNotHeld, k.key, ends.UTC().Format(time.RFC3339Nano)))
+		return k.finish(lost, fmt.Errorf("%w: the lease on %q expired at %s", ErrNotHeld, k.key, ends.UTC().Format(time.RFC3339Nano)))
 	}
-	renewed := l.cfg.format.newLease(now, ttl, k.token)
+	renewed := l.cfg.format.newStamp(now, ttl, k.token)
 	written, err := l.compareAndWrite(ctx, k.key, k.owns, func(pipe redis.Pipeliner) {
 		pipe.Set(ctx, k.key, renewed.value, 0)
 		pipe.PExpire(ctx, k.key, l.safetyNet(renewed.length()))
@@ -48,33 +49,15 @@ func (k *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 			k.maybe = append(k.maybe, renewed.value)
 		}
 		if renewed.expiry.Before(k.ExpiresAt()) {
-			k.moveLease(k.renewedAtTime(), renewed.expiry)
+			k.lease.move(k.lease.began(), renewed.expiry)
 		}
 		return fmt.Errorf("setnxlock: refresh %q: %w", k.key, err)
 	}
 	if !written {
-		return k.finish(fmt.Errorf("%w: %q no longer holds our value", ErrNotHeld, k.key))
+		return k.finish(lost, fmt.Errorf("%w: %q no longer holds our value", ErrNotHeld, k.key))
 	}
 	k.value, k.maybe = renewed.value, nil
-	k.moveLease(now, renewed.expiry)
+	k.lease.move(now, renewed.expiry)
 	l.observe(Event{Kind: EventRefreshed, Key: k.key, ExpiresAt: renewed.expiry, FencingToken: k.fencingToken})
 	return nil
-}
-
-// moveLease records a lease that began at start and ends at end, and wakes
-// the watch, which may be sleeping until the old end.
-func (k *Lock) moveLease(start, end time.Time) {
-	k.mu.Lock()
-	k.renewedAt, k.expiresAt = start, end
-	k.mu.Unlock()
-	select {
-	case k.moved <- struct{}{}:
-	default: // a nudge is already pending
-	}
-}
-
-func (k *Lock) renewedAtTime() time.Time {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	return k.renewedAt
 }

@@ -19,9 +19,9 @@ func TestRefreshMovesTheLeaseForward(t *testing.T) {
 
 		b.clock.Advance(8 * time.Second)
 		require.NoError(t, lock.Refresh(ctx, 30*time.Second))
-		assert.Equal(t, epoch.Add(38*time.Second), lock.ExpiresAt())
+		assert.Equal(t, b.start.Add(38*time.Second), lock.ExpiresAt())
 		stored := b.value(t, "lock.k")
-		assert.Equal(t, strconv.FormatInt(epoch.Add(38*time.Second).UnixMilli(), 10)+":"+token, stored)
+		assert.Equal(t, strconv.FormatInt(b.start.Add(38*time.Second).UnixMilli(), 10)+":"+token, stored)
 
 		b.clock.Advance(29 * time.Second) // long past the first lease, inside the new one
 		_, err = b.locker(t).TryAcquire(ctx, "lock.k")
@@ -39,7 +39,7 @@ func TestRefreshWritesNothingWhenTheLockIsNotOurs(t *testing.T) {
 		lock, err := b.lockerOn(t, client).TryAcquire(ctx, "lock.k")
 		require.NoError(t, err)
 
-		foreign := strconv.FormatInt(epoch.Add(time.Hour).UnixMilli(), 10)
+		foreign := strconv.FormatInt(b.start.Add(time.Hour).UnixMilli(), 10)
 		b.set(t, "lock.k", foreign)
 		sent.reset()
 		require.ErrorIs(t, lock.Refresh(ctx, time.Minute), ErrNotHeld)
@@ -88,8 +88,8 @@ func TestALostRefreshReplyKeepsTheSafeExpiry(t *testing.T) {
 		loseReply(client, "exec")
 
 		require.Error(t, lock.Refresh(ctx, time.Minute))
-		assert.Equal(t, epoch.Add(10*time.Second), lock.ExpiresAt())
-		assert.True(t, strings.HasPrefix(b.value(t, "lock.k"), strconv.FormatInt(epoch.Add(time.Minute).UnixMilli(), 10)), "the refresh was applied")
+		assert.Equal(t, b.start.Add(10*time.Second), lock.ExpiresAt())
+		assert.True(t, strings.HasPrefix(b.value(t, "lock.k"), strconv.FormatInt(b.start.Add(time.Minute).UnixMilli(), 10)), "the refresh was applied")
 
 		require.NoError(t, lock.Refresh(ctx, time.Minute))
 		require.NoError(t, lock.Release(ctx))

@@ -1,7 +1,6 @@
 package setnxlock
 
 import (
-	"context"
 	"math/rand/v2"
 	"time"
 )
@@ -37,17 +36,4 @@ func capAtLease(wait, remaining, minBackoff time.Duration) time.Duration {
 		return wait
 	}
 	return max(remaining, 0) + rand.N(min(minBackoff, maxLeaseJitter)+1)
-}
-
-// sleep waits for d or until ctx ends, whichever comes first, and returns
-// ctx.Err() in the latter case.
-func sleep(ctx context.Context, d time.Duration) error {
-	timer := time.NewTimer(d)
-	defer timer.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-timer.C:
-		return nil
-	}
 }

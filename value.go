@@ -72,6 +72,27 @@ func parseExpiry(value string) (time.Time, error) {
 	return time.Unix(n, nanos), nil
 }
 
+// heldUntil is when a reader may take over the lease a value states: the
+// expiry it states, except that a whole number of Unix seconds is held
+// through the end of that second. Classic readers of that format (the
+// SETNX page's, kvz/cronlock's) treat a value equal to the current second
+// as live; and cronlock releases with GETSET key <second> followed, moments
+// later, by EXPIREAT key <second>, which deletes whatever the key holds by
+// then: a taker that counted the lease over at the start of its second
+// would lose the key to that EXPIREAT while a second client SETNXes it.
+// Decimal seconds and milliseconds state their instant exactly.
+func heldUntil(value string) (time.Time, error) {
+	expiry, err := parseExpiry(value)
+	if err != nil {
+		return time.Time{}, err
+	}
+	number, _ := leadingNumber(value)
+	if n, err := strconv.ParseInt(number, 10, 64); err == nil && n < secondsMillisBoundary {
+		return expiry.Add(time.Second), nil // whole seconds: no '.', below the milliseconds
+	}
+	return expiry, nil
+}
+
 // leadingNumber returns the decimal number the value starts with: digits,
 // optionally one '.' and more digits. Whatever follows must begin with a
 // separator, not a letter or digit, so "17x" or "1.2.3" are not numbers.

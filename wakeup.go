@@ -7,74 +7,85 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Handing a lock over without blind polling: Release publishes on a channel
-// of the key (inside the release script, or beside the DEL in the release
-// transaction) and Acquire, once its first attempt is refused, subscribes to
-// it and sleeps until a release is announced. The timed backoff, which is
-// aware of the holder's expiry, stays as the fallback for holders that
-// crashed or do not publish (classic clients of other languages), and for
-// servers or ACL users without pub/sub, where a Locker stops trying it.
-//
-// No wake-up is lost: the waiter subscribes first and then attempts once
-// more before it sleeps, so a release that happened before the subscription
-// is seen by that attempt, and one after it is heard.
+// Waking waiters without blind polling: Release publishes on a channel of
+// the key (inside the release script, or beside the DEL in the release
+// transaction), and a waiting Acquire that does not queue subscribes to it
+// at its first refusal and sleeps until a release is announced (wait.go).
+// The timed backoff, which is aware of the holder's expiry, stays as the
+// fallback for holders that crashed or do not publish (classic clients of
+// other languages), and for servers or ACL users without pub/sub, where a
+// Locker stops trying it.
 
-// WakeChannel returns the pub/sub channel on which a Locker announces the
-// release of key and its waiters listen. ACL users need it among their
-// allowed channels (&pattern) for wake-ups; without it locks still work,
-// by polling.
-func WakeChannel(key string) string { return "setnxlock:released:" + key }
-
-// announcedPoll is how often a subscribed waiter still polls a holder that
-// announces its release, in case the announcement is lost: the holder's
-// PUBLISH was refused, or the subscription dropped. The holder's expiry
-// still cuts the wait short.
+// announcedPoll is how often a waiter that listens still polls a holder
+// that announces its release, in case the announcement is lost: the
+// holder's PUBLISH was refused, or the subscription dropped. The holder's
+// expiry still cuts the wait short.
 const announcedPoll = 50 * time.Millisecond
 
 // wakeup is one Acquire's subscription to its key's releases.
 type wakeup struct {
 	pubsub   *redis.PubSub
-	messages <-chan *redis.Message
+	messages <-chan *redis.Message // nil once the subscription is gone
 }
 
-// subscribe listens for releases of key. It returns nil, and Acquire polls
-// as before, when pub/sub is unavailable; a refusal by the server or ACL
-// turns wake-ups off for the Locker.
+// subscribe listens for releases of key. It returns nil, and the wait
+// polls, when pub/sub is unavailable; a refusal by the server or ACL turns
+// wake-ups off for the Locker. The confirmation is awaited at most the
+// Locker's subscribe timeout, and no longer than ctx, so a subscription
+// that hangs never holds up the wait.
 func (l *Locker) subscribe(ctx context.Context, key string) *wakeup {
-	if !l.wakeups.usable() {
+	if !l.caps.allows(capPubSub) {
 		return nil
 	}
 	pubsub := l.client.Subscribe(ctx, WakeChannel(key))
-	if _, err := pubsub.Receive(ctx); err != nil { // the subscription's confirmation
+	if err := confirmSubscription(ctx, pubsub, l.cfg.subscribeTimeout); err != nil {
 		_ = pubsub.Close()
-		l.wakeups.fallBackIfRefused(err)
+		l.caps.narrow(capPubSub, err)
 		return nil
 	}
 	return &wakeup{pubsub: pubsub, messages: pubsub.Channel()}
 }
 
-// sleep waits for d, for a release of the key, or for ctx to end, and
-// returns ctx.Err() in the last case. A nil wakeup just sleeps.
-func (w *wakeup) sleep(ctx context.Context, d time.Duration) error {
-	if w == nil {
-		return sleep(ctx, d)
-	}
-	timer := time.NewTimer(d)
-	defer timer.Stop()
+// confirmSubscription waits for pubsub's confirmation at most timeout, and
+// no longer than ctx. go-redis bounds a read by a context's deadline but
+// not by its cancellation, so when ctx ends first the subscription is
+// closed, which ends the read.
+func confirmSubscription(ctx context.Context, pubsub *redis.PubSub, timeout time.Duration) error {
+	confirmed := make(chan error, 1)
+	go func() {
+		_, err := pubsub.ReceiveTimeout(context.WithoutCancel(ctx), timeout)
+		confirmed <- err
+	}()
 	select {
+	case err := <-confirmed:
+		return err
 	case <-ctx.Done():
+		_ = pubsub.Close()
+		<-confirmed // bounded: the closed connection ends the read
 		return ctx.Err()
-	case <-timer.C:
-	case <-w.messages:
-		w.drain() // one attempt answers every release announced so far
 	}
-	return nil
 }
 
+// announced returns the channel of announced releases: nil (never ready)
+// for a nil wakeup or one whose subscription is gone.
+func (w *wakeup) announced() <-chan *redis.Message {
+	if w == nil {
+		return nil
+	}
+	return w.messages
+}
+
+// drain consumes the releases announced so far. A closed channel means the
+// subscription is gone (its client was closed): it would read as a release
+// announced on every wait, a spin, so the wait forgets it and polls.
 func (w *wakeup) drain() {
 	for {
 		select {
-		case <-w.messages:
+		case _, ok := <-w.messages:
+			if !ok {
+				w.messages = nil
+				return
+			}
 		default:
 			return
 		}

@@ -137,7 +137,7 @@ func (d *detector) close() {
 		_ = c.Close()
 	}
 	d.mu.Unlock()
-	d.wg.Wait()
+	d.wg.Wait() // bounded: every connection and the listener are closed
 }
 
 // detectorClient is a Go holder's connection to the detector.

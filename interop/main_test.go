@@ -15,6 +15,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/setnxlock/setnxlock"
+	"github.com/setnxlock/setnxlock/internal/redisproc"
 )
 
 // goHolderEnv, when set to "<redis addr> <key> <ttl>", turns the test
@@ -59,7 +60,7 @@ func runGoHolder(spec string) {
 		fail(err)
 	}
 	fmt.Println("acquired", value)
-	select {} // the critical section, which ends only with the process
+	select {} // bounded: the critical section, which ends only with the process the test kills
 }
 
 // startGoHolder runs the test binary as a Go holder of key and returns the
@@ -74,6 +75,7 @@ func startGoHolder(t *testing.T, addr, key string, ttl time.Duration) (*goHolder
 	cmd := exec.Command(self, "-test.run=^$")
 	cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%s %s %s", goHolderEnv, addr, key, ttl))
 	cmd.Stderr = os.Stderr
+	redisproc.DieWithParent(cmd)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -87,7 +89,7 @@ func startGoHolder(t *testing.T, addr, key string, ttl time.Duration) (*goHolder
 		line, _ := bufio.NewReader(out).ReadString('\n')
 		first <- strings.TrimSpace(line)
 		_, _ = io.Copy(io.Discard, out) // until the process dies
-		_ = cmd.Wait()
+		_ = cmd.Wait()                  // bounded: stdout is closed, so the process has ended
 		close(h.exited)
 	}()
 	t.Cleanup(h.kill)
@@ -113,5 +115,5 @@ type goHolder struct {
 // kill sends SIGKILL, as a crash would, and waits for the process to end.
 func (h *goHolder) kill() {
 	_ = h.cmd.Process.Kill()
-	<-h.exited
+	<-h.exited // bounded: killed
 }

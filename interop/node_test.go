@@ -16,6 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/setnxlock/setnxlock"
+	"github.com/setnxlock/setnxlock/internal/await"
 	"github.com/setnxlock/setnxlock/internal/redistest"
 )
 
@@ -147,7 +148,7 @@ func TestNodeAndGoContendWithoutEverSharingALock(t *testing.T) {
 			}()
 		}
 	}
-	wg.Wait()
+	await.Group(t, &wg, "the Go contenders")
 
 	nodeTotal := nodeStats{}
 	for _, p := range procs {

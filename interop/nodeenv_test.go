@@ -14,6 +14,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/setnxlock/setnxlock/internal/redisproc"
 )
 
 // nodeDir holds the Node programs and their pinned packages.
@@ -121,6 +123,7 @@ func startNode(t *testing.T, script string, config any) *nodeProc {
 	}
 	cmd := exec.Command(node(t), script, string(arg))
 	cmd.Dir = nodeDir
+	redisproc.DieWithParent(cmd)
 	p := &nodeProc{t: t, cmd: cmd, lines: make(chan string, 1024), exited: make(chan struct{}), stderr: &lockedWriter{}}
 	cmd.Stderr = p.stderr
 	if p.stdin, err = cmd.StdinPipe(); err != nil {
@@ -140,7 +143,7 @@ func startNode(t *testing.T, script string, config any) *nodeProc {
 			p.lines <- sc.Text()
 		}
 		close(p.lines)
-		p.err = cmd.Wait()
+		p.err = cmd.Wait() // bounded: stdout is closed, so the program has ended
 		close(p.exited)
 	}()
 	t.Cleanup(func() {
@@ -159,7 +162,7 @@ func (p *nodeProc) next(limit time.Duration) string {
 	select {
 	case line, ok := <-p.lines:
 		if !ok {
-			<-p.exited
+			<-p.exited // bounded: stdout is closed, so the program has ended
 			p.t.Fatalf("node program ended (%v) before the line the test waited for; stderr:\n%s", p.err, p.stderr)
 		}
 		return line
@@ -196,7 +199,7 @@ func (p *nodeProc) kill() {
 	_ = p.cmd.Process.Kill()
 	for range p.lines { // drain, so the reader goroutine can finish
 	}
-	<-p.exited
+	<-p.exited // bounded: killed
 }
 
 // wait waits for the program to finish on its own and fails the test if it
@@ -212,7 +215,7 @@ func (p *nodeProc) wait(limit time.Duration) []string {
 				out = append(out, line)
 				continue
 			}
-			<-p.exited
+			<-p.exited // bounded: stdout is closed, so the program has ended
 			if p.err != nil {
 				p.t.Fatalf("node program failed: %v; stderr:\n%s", p.err, p.stderr)
 			}

@@ -4,27 +4,61 @@ import (
 	"cmp"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 )
 
 // Kinds of violation Check reports.
 const (
-	// LeaseOverlap: two clients held the same key at once, each within
-	// its own lease — mutual exclusion failed.
+	// LeaseOverlap: two critical sections on one key overlapped in real
+	// time, each inside its holder's lease by the holder's own clock —
+	// mutual exclusion failed.
 	LeaseOverlap = "lease-overlap"
 	// FenceInterleave: the resource accepted a write of a holder after it
 	// had accepted a write of a later holder of the same key — the fence
-	// let a stale holder back in.
+	// let a stale holder back in (fencing runs only).
 	FenceInterleave = "fence-interleave"
 	// TokenOrder: an acquisition that began after another had been granted
-	// drew a fencing token no larger — tokens did not strictly increase.
+	// drew a fencing token no larger — tokens did not strictly increase
+	// (fencing runs only).
 	TokenOrder = "token-order"
 	// SlowRecovery: a crashed holder's key was not acquired again within
 	// Bounds.Recovery of the end of its lease (liveness).
 	SlowRecovery = "slow-recovery"
+	// SlowFreeWait: a waiter waited longer than Bounds.FreeWait for a key
+	// nobody held (liveness).
+	SlowFreeWait = "slow-free-wait"
+	// NotLinearizable: the second checker (Porcupine, linearize.go) found
+	// no order of a key's acquire and release operations that a lock
+	// allows.
+	NotLinearizable = "not-linearizable"
+	// CheckersDisagree: the two checkers disagree about a key: a bug in
+	// one of them.
+	CheckersDisagree = "checkers-disagree"
+
+	// The liveness checks of the end of a run (final.go), once the faults
+	// have stopped.
+
+	// FinalAcquire: a key could not be acquired within Bounds.Final.
+	FinalAcquire = "final-acquire"
+	// QueueNotDrained: a key's queue of waiters still held entries after
+	// every Locker had stopped and the bound had passed.
+	QueueNotDrained = "queue-not-drained"
+	// GoroutineGrowth: the harness had more goroutines after its Lockers
+	// closed than before the run.
+	GoroutineGrowth = "goroutine-growth"
 )
 
-// Bounds parameterise the liveness check.
+// liveness reports whether a kind of violation is about liveness.
+func liveness(kind string) bool {
+	switch kind {
+	case SlowRecovery, SlowFreeWait, FinalAcquire, QueueNotDrained, GoroutineGrowth:
+		return true
+	}
+	return false
+}
+
+// Bounds parameterise the checks.
 type Bounds struct {
 	// Recovery is how long after a crashed holder's lease ended the next
 	// acquisition of its key may come: the skew margin, the skew between
@@ -32,6 +66,30 @@ type Bounds struct {
 	// round trip the network faults delayed. Time the server spent down is
 	// added to it.
 	Recovery time.Duration
+	// FreeWait bounds how long a waiter may wait for a key nobody holds;
+	// 0: not checked.
+	FreeWait time.Duration
+	// Takeover is how long after a lease's end by its holder's clock any
+	// other client may take it over at the latest: the skew margin plus
+	// the skew.
+	Takeover time.Duration
+	// Lease is the longest lease a client of the run writes (the TTL, or
+	// more in a format that rounds up): how long a write nobody knows it
+	// owns can keep a key (Call.InDoubt). LeaseOf, when set, gives it
+	// client by client.
+	Lease   time.Duration
+	LeaseOf func(client string) time.Duration `json:"-"`
+	// Fenced: the clients use fencing tokens, so the resource's fence and
+	// the tokens' order are checked too.
+	Fenced bool
+}
+
+// lease is the longest lease client writes.
+func (b Bounds) lease(client string) time.Duration {
+	if b.LeaseOf != nil {
+		return b.LeaseOf(client)
+	}
+	return b.Lease
 }
 
 // Violation is one broken property, with the acquisitions involved.
@@ -43,6 +101,7 @@ type Violation struct {
 	Detail string
 }
 
+// String describes the violation on one line.
 func (v Violation) String() string {
 	return fmt.Sprintf("%s on %q: %s/%d vs %s/%d: %s", v.Kind, v.Key, v.First.Client, v.First.Seq, v.Second.Client, v.Second.Seq, v.Detail)
 }
@@ -50,9 +109,14 @@ func (v Violation) String() string {
 // Report is what Check found.
 type Report struct {
 	Acquisitions int
-	Violations   []Violation
+	Sections     int // acquisitions whose holder entered its critical section within its lease
+	// Overran counts H8: holders whose lease ended before they entered
+	// (stalled right after the grant) or while they were inside.
+	Overran    int
+	Violations []Violation
 	// Recovered holds, for each crashed holder whose key was acquired
-	// again, the time from the end of its lease to that acquisition.
+	// again, the time from the end of its lease to that acquisition, less
+	// the time the server was down.
 	Recovered []time.Duration
 	// Slowest is the crashed acquisition whose recovery took longest, and
 	// the acquisition that recovered it.
@@ -60,6 +124,23 @@ type Report struct {
 	// Unrecovered counts crashed holders whose lease ended too close to
 	// the end of the run to tell.
 	Unrecovered int
+	// FreeWaits holds, for each acquisition that came after a waiter had
+	// waited on a key nobody held, that wait (freeWaits).
+	FreeWaits []time.Duration
+	// LongestFreeWait is the acquisition (or the call that gave up) that
+	// ended the longest of them.
+	LongestFreeWait AcqID
+	longestFreeWait time.Duration
+	// InDoubtWaits counts waits left out of FreeWaits because a write in
+	// doubt may have held the key (Call.InDoubt); LateHolderWaits those
+	// over the bound during which the server held a lease of a holder that
+	// reported its grant late (heldBy).
+	InDoubtWaits, LateHolderWaits int
+	// InDoubtRecoveries counts recoveries left out of Recovered because a
+	// call whose write was in doubt, or whose process was killed in it,
+	// may have won the key once the crashed lease ended and held it for a
+	// lease of its own.
+	InDoubtRecoveries int
 }
 
 // Count returns how many violations of a kind the report holds.
@@ -73,53 +154,115 @@ func (r Report) Count(kind string) int {
 	return n
 }
 
-// Safety returns how many violations are of a safety property, that is
-// every kind but SlowRecovery.
-func (r Report) Safety() int { return len(r.Violations) - r.Count(SlowRecovery) }
+// Safety returns how many violations are of a safety property: every kind
+// but the liveness ones.
+func (r Report) Safety() int {
+	n := 0
+	for _, v := range r.Violations {
+		if !liveness(v.Kind) {
+			n++
+		}
+	}
+	return n
+}
 
 // Check verifies a history. It is a pure function: the same history gives
-// the same report. Safety: no two holders of a key within their leases at
-// once; the resource never accepts a stale holder's write after a later
-// holder's; fencing tokens strictly increase per key along real time.
-// Liveness: every crashed holder's key is acquired again within
-// b.Recovery of the end of its lease.
+// the same report. Safety: no two critical sections of a key overlap,
+// each counted only while its holder's clock said its lease was live; with
+// b.Fenced, the resource never accepts a stale holder's write after a
+// later holder's, and fencing tokens strictly increase per key along real
+// time. Liveness: every crashed holder's key is acquired again within
+// b.Recovery of the end of its lease, and no waiter waits longer than
+// b.FreeWait for a key nobody holds.
 func Check(h History, b Bounds) Report {
 	r := Report{Acquisitions: len(h.Acquisitions)}
 	byKey := map[string][]Acquisition{}
 	for _, a := range h.Acquisitions {
 		byKey[a.Key] = append(byKey[a.Key], a)
+		if _, ok := a.Section(); ok {
+			r.Sections++
+		}
+		if a.Entered.IsZero() || a.Overran {
+			r.Overran++
+		}
 	}
-	keys := make([]string, 0, len(byKey))
-	for k := range byKey {
-		keys = append(keys, k)
+	calls := map[string][]Call{}
+	for _, c := range h.Calls {
+		calls[c.Key] = append(calls[c.Key], c)
 	}
-	slices.Sort(keys) // a stable order of violations, for a stable report
-	for _, key := range keys {
-		acqs := byKey[key]
+	states := map[string][]KeyState{}
+	for _, s := range h.Keys {
+		states[s.Key] = append(states[s.Key], s)
+	}
+	var stops []FaultAt               // client processes stopped or killed
+	frozen := map[string][]Interval{} // when each client process was stopped (SIGSTOP)
+	for _, f := range h.Faults {
+		switch f.Kind {
+		case FaultPause, FaultGrantPause, FaultKill, FaultWaiterKill, FaultReleaseKill:
+			if strings.HasPrefix(f.Client, "p") {
+				stops = append(stops, f)
+				if !f.Until.IsZero() {
+					frozen[processOf(f.Client)] = append(frozen[processOf(f.Client)], Interval{From: f.At, To: f.Until})
+				}
+			}
+		}
+	}
+	for _, key := range sortedKeys(byKey) {
+		acqs := byGrant(byKey[key])
 		r.Violations = append(r.Violations, leaseOverlaps(key, acqs)...)
-		r.Violations = append(r.Violations, tokenOrder(key, acqs)...)
-		r.liveness(key, acqs, h, b)
+		if b.Fenced {
+			r.Violations = append(r.Violations, tokenOrder(key, acqs)...)
+		}
+		r.recovery(key, acqs, calls[key], h, b)
+		r.freeWaits(key, acqs, calls[key], h.Downtime, states[key], stops, frozen, b)
 	}
-	r.Violations = append(r.Violations, fenceInterleaves(h.Ops)...)
+	if b.Fenced {
+		r.Violations = append(r.Violations, fenceInterleaves(h.Ops)...)
+	}
 	return r
 }
 
-// leaseOverlaps finds pairs of acquisitions of one key whose held
-// intervals overlap.
-func leaseOverlaps(key string, acqs []Acquisition) []Violation {
+// sortedKeys returns the map's keys in order, for a stable report.
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+// byGrant returns the acquisitions sorted by the instant Acquire returned.
+func byGrant(acqs []Acquisition) []Acquisition {
 	sorted := slices.Clone(acqs)
 	slices.SortFunc(sorted, func(a, b Acquisition) int { return a.Granted.Compare(b.Granted) })
+	return sorted
+}
+
+// leaseOverlaps finds pairs of critical sections of one key that overlap.
+// acqs are sorted by grant; sections are compared by entry.
+func leaseOverlaps(key string, acqs []Acquisition) []Violation {
+	type section struct {
+		Interval
+		id AcqID
+	}
+	var sections []section
+	for _, a := range acqs {
+		if s, ok := a.Section(); ok {
+			sections = append(sections, section{s, a.ID()})
+		}
+	}
+	slices.SortFunc(sections, func(a, b section) int { return a.From.Compare(b.From) })
 	var out []Violation
-	for i, a := range sorted {
-		held := a.Held()
-		for _, b := range sorted[i+1:] {
-			if !b.Granted.Before(held.To) {
-				break // sorted by grant: no later one can start inside a's interval
+	for i, a := range sections {
+		for _, b := range sections[i+1:] {
+			if !b.From.Before(a.To) {
+				break // sorted by entry: no later one can start inside a's section
 			}
-			if held.overlaps(b.Held()) {
-				out = append(out, Violation{Kind: LeaseOverlap, Key: key, First: a.ID(), Second: b.ID(),
-					Detail: fmt.Sprintf("granted %s into the first's lease, which ran %s more",
-						b.Granted.Sub(a.Granted), held.To.Sub(b.Granted))})
+			if a.overlaps(b.Interval) {
+				out = append(out, Violation{Kind: LeaseOverlap, Key: key, First: a.id, Second: b.id,
+					Detail: fmt.Sprintf("entered %s into the first's section, which went on %s more within its lease",
+						b.From.Sub(a.From), a.To.Sub(b.From))})
 			}
 		}
 	}
@@ -139,8 +282,7 @@ func tokenOrder(key string, acqs []Acquisition) []Violation {
 		}
 		byToken[a.Token] = a
 	}
-	granted := slices.Clone(acqs)
-	slices.SortFunc(granted, func(a, b Acquisition) int { return a.Granted.Compare(b.Granted) })
+	granted := byGrant(acqs)
 	sent := slices.Clone(acqs)
 	slices.SortFunc(sent, func(a, b Acquisition) int { return a.Sent.Compare(b.Sent) })
 	var (
@@ -193,10 +335,19 @@ func fenceInterleaves(ops []Op) []Violation {
 	return out
 }
 
-// liveness measures how soon each crashed holder's key was acquired again.
-func (r *Report) liveness(key string, acqs []Acquisition, h History, b Bounds) {
-	sorted := slices.Clone(acqs)
-	slices.SortFunc(sorted, func(a, b Acquisition) int { return a.Granted.Compare(b.Granted) })
+// recovery measures how soon each crashed holder's key was acquired again.
+// acqs are sorted by grant; calls are the key's Acquire calls that won
+// nothing, of which those in doubt or killed may have held the key unknown.
+func (r *Report) recovery(key string, acqs []Acquisition, calls []Call, h History, b Bounds) {
+	mayHaveHeld := func(from, to time.Time) bool {
+		for _, c := range calls {
+			if (c.InDoubt || c.Killed) && c.Start.Before(to) && c.End.Add(b.lease(c.Client)+b.Takeover).After(from) {
+				return true
+			}
+		}
+		return false
+	}
+	sorted := acqs
 	for i, a := range sorted {
 		if a.Crashed.IsZero() {
 			continue
@@ -211,12 +362,16 @@ func (r *Report) liveness(key string, acqs []Acquisition, h History, b Bounds) {
 			continue
 		}
 		next := sorted[i+1]
-		recovered := max(next.Granted.Sub(a.LeaseEnd), 0)
+		recovered := max(next.Granted.Sub(a.LeaseEnd)-downtime(h.Downtime, a.LeaseEnd, next.Granted), 0) // a server down holds nobody up
+		if recovered > b.Recovery && mayHaveHeld(a.LeaseEnd, next.Granted) {
+			r.InDoubtRecoveries++
+			continue
+		}
 		if len(r.Recovered) == 0 || recovered > slices.Max(r.Recovered) {
 			r.Slowest.Crashed, r.Slowest.Next = a.ID(), next.ID()
 		}
 		r.Recovered = append(r.Recovered, recovered)
-		if waited := recovered - downtime(h.Downtime, a.LeaseEnd, next.Granted); waited > b.Recovery {
+		if recovered > b.Recovery {
 			r.Violations = append(r.Violations, Violation{Kind: SlowRecovery, Key: key, First: a.ID(), Second: next.ID(),
 				Detail: fmt.Sprintf("acquired again %s after the crashed lease ended, bound %s", recovered, b.Recovery)})
 		}

@@ -11,6 +11,7 @@ import (
 // Config is one run of the harness. DefaultConfig gives a run under the
 // README's assumptions; Break turns one of them off.
 type Config struct {
+	Mode string // one of Modes: which configuration of the library the clients run
 	Seed uint64 // every random decision of the run derives from it
 
 	// The run stops at whichever comes first: Acquisitions recorded (0: no
@@ -20,6 +21,7 @@ type Config struct {
 
 	Goroutines int // lock clients inside the harness's process
 	Procs      int // lock clients as OS processes, each restarted after it is killed
+	Loops      int // acquisition loops per client, sharing its Locker
 	Keys       int // lock keys; every client picks one at random for each acquisition
 
 	TTL                    time.Duration // lease length
@@ -37,27 +39,43 @@ type Config struct {
 	RestartEvery int               // acquisitions between redis-server restarts (0: never)
 	Persistence  bool              // appendonly yes + appendfsync always; the assumption for restarts
 
+	// The faults of the waiting paths.
+	CancelRate        float64       // per Acquire: its context ends at a random moment within two leases
+	HandoffCancelRate float64       // per release of a key: each Acquire waiting on it is cancelled within 3ms
+	CloseEvery        time.Duration // mean time between Locker.Close calls of a client while its Acquires wait (0: never)
+	GrantPauseRate    float64       // per acquisition: the holder is stopped (SIGSTOP) or stalled past its lease right after the grant
+	ReleaseKillRate   float64       // per release of a process client: SIGKILL within 2ms of sending it
+	WaiterKillEvery   time.Duration // mean time between SIGKILLs of a process client with an Acquire waiting (0: never)
+	PubSubKillEvery   time.Duration // mean time between CLIENT KILL TYPE pubsub (0: never)
+	ScriptFlushEvery  time.Duration // mean time between SCRIPT FLUSH (0: never)
+	RevokeACL         bool          // revoke pub/sub, then scripting, from the clients' ACL user for a tenth of the run each
+	QueuedLoseRate    float64       // per queued attempt (the acquire script with a queue entry): its reply is lost
+	OOMEvery          time.Duration // mean time between 30ms spells of maxmemory 1, when writes that need memory fail with OOM (0: never)
+
 	ClientTags   string    // build tags of the client program (OwnerCheckOffTag breaks the owner check)
 	ClientBinary string    // a client program already built with ClientTags; built into a temporary directory if empty
-	Log          io.Writer // progress lines; nil for none
+	Log          io.Writer `json:"-"` // progress lines; nil for none
 }
 
-// DefaultConfig is the run `make chaos` makes, every assumption holding:
-// skew within the margin, restarts with persistence, the owner check on.
-func DefaultConfig() Config {
-	return Config{
+// DefaultConfig is the run of a mode that `make chaos` makes, every
+// assumption holding: skew within the margin, restarts with persistence,
+// the owner check on.
+func DefaultConfig(mode string) Config {
+	c := Config{
+		Mode:         mode,
 		Seed:         1,
 		Acquisitions: 10_000,
 		Duration:     100 * time.Second,
 		Goroutines:   8,
 		Procs:        4,
-		Keys:         6,
-		TTL:          200 * time.Millisecond,
+		Loops:        3,
+		Keys:         9,
+		TTL:          300 * time.Millisecond,
 		Skew:         20 * time.Millisecond,
 		Margin:       20 * time.Millisecond,
 		MinBackoff:   time.Millisecond,
 		MaxBackoff:   20 * time.Millisecond,
-		ReadTimeout:  100 * time.Millisecond,
+		ReadTimeout:  50 * time.Millisecond,
 		LongHoldRate: 0.01,
 		Network: faultproxy.Faults{
 			LatencyRate: 0.05, MaxLatency: 2 * time.Millisecond,
@@ -69,7 +87,33 @@ func DefaultConfig() Config {
 		StallRate:    0.002,
 		RestartEvery: 2500,
 		Persistence:  true,
+
+		CancelRate:        0.02,
+		HandoffCancelRate: 0.05,
+		CloseEvery:        time.Second,
+		GrantPauseRate:    0.002,
+		ReleaseKillRate:   0.002,
+		WaiterKillEvery:   2 * time.Second,
+		PubSubKillEvery:   time.Second,
+		ScriptFlushEvery:  2 * time.Second,
+		RevokeACL:         true,
+		QueuedLoseRate:    0.02,
+		OOMEvery:          2 * time.Second,
 	}
+	switch mode {
+	case ModeFormats:
+		// UnixSeconds leases last up to two seconds: more keys keep the run
+		// going while crashed holders' keys wait out their leases.
+		c.Keys = 14
+		c.KillRate, c.CrashRate, c.ReleaseKillRate = c.KillRate/2, c.CrashRate/2, c.ReleaseKillRate/2
+	case ModeCluster:
+		c.RevokeACL = false // ACL users are per node; the single-server modes cover revocation
+	case ModeAutoRefresh:
+		// A goroutine told to crash cannot stop its locks' renewals short of
+		// releasing them: only process kills crash holders here.
+		c.CrashRate = 0
+	}
+	return c
 }
 
 // The assumptions a run can break.
@@ -78,6 +122,23 @@ const (
 	BreakRestartNoPersistence = "restart-no-persistence" // restarts lose every key and the fencing counters
 	BreakOwnerCheck           = "owner-check"            // clients built with the owner check off
 )
+
+// BrokenRuns are the runs `make chaos` makes with an assumption broken on
+// purpose, each of which both checkers must catch (Caught): every mode
+// once, the default mode twice (its owner-check run turns off the release
+// script's owner check, so the script hands over a key that is not the
+// releaser's: the handoff's own check).
+var BrokenRuns = []struct{ Mode, Assumption string }{
+	{ModeDefault, BreakOwnerCheck},
+	{ModeDefault, BreakSkew},
+	{ModeNoScripts, BreakOwnerCheck},
+	{ModeClassic, BreakSkew},
+	{ModeFormats, BreakSkew},
+	{ModeAutoRefresh, BreakRestartNoPersistence},
+	{ModeFencing, BreakRestartNoPersistence},
+	{ModeCluster, BreakSkew}, // a restarted node is refused for seconds: longer than any critical section
+	{ModeMixed, BreakOwnerCheck},
+}
 
 // Breaks lists the assumptions Break knows.
 var Breaks = []string{BreakSkew, BreakRestartNoPersistence, BreakOwnerCheck}
@@ -92,8 +153,11 @@ func (c *Config) Break(kind string) error {
 		c.Skew, c.Margin = 2*c.TTL, c.Margin/10
 		c.LongHoldRate = max(c.LongHoldRate, 0.2)
 	case BreakRestartNoPersistence:
+		// Holders keep their locks long enough to be inside a critical
+		// section when the server forgets them.
 		c.Persistence = false
 		c.RestartEvery = max(c.RestartEvery/10, 50)
+		c.LongHoldRate = max(c.LongHoldRate, 0.3)
 	case BreakOwnerCheck:
 		// Every client must run the broken build, so all are processes; a
 		// paused holder's late Release then deletes its successor's lock.
@@ -109,7 +173,12 @@ func (c *Config) Break(kind string) error {
 }
 
 func (c Config) validate() error {
+	if err := checkMode(c.Mode); err != nil {
+		return err
+	}
 	switch {
+	case c.Loops < 1:
+		return fmt.Errorf("chaos: need at least one loop per client")
 	case c.Goroutines < 0 || c.Procs < 0 || c.Goroutines+c.Procs == 0:
 		return fmt.Errorf("chaos: need at least one client, got %d goroutines and %d processes", c.Goroutines, c.Procs)
 	case c.Keys < 1:
@@ -124,10 +193,67 @@ func (c Config) validate() error {
 
 // recoveryBound is how soon a crashed holder's lease must be taken over
 // (see Bounds.Recovery): the margin and the skew, by which the waiter's
-// clock may see the lease end late; one backoff step; and an allowance of
-// three read timeouts for a recovery whose round trips the network faults
-// hit (a lost reply stalls its command a read timeout, and go-redis may
-// retry), plus 100ms for scheduling on a loaded machine.
+// clock may see the lease end late; one backoff step, or the announced
+// poll (50ms) of a waiter that expects the holder to announce its
+// release; an allowance of three read timeouts for a recovery whose round
+// trips the network faults hit (a lost reply stalls its command a read
+// timeout, and go-redis may retry); and 100ms for scheduling on a loaded
+// machine.
 func (c Config) recoveryBound() time.Duration {
-	return c.Margin + c.Skew + c.MaxBackoff + 3*c.ReadTimeout + 100*time.Millisecond
+	return c.Margin + c.Skew + max(c.MaxBackoff, 50*time.Millisecond) + 3*c.ReadTimeout + 100*time.Millisecond
+}
+
+// freeWaitBound is how long a first waiter in line may wait on a key nobody
+// holds: the announced poll of a waiter whose wake-up or handoff message
+// was lost (50ms), a backoff step, the margin and the skew (by which its
+// clock may see an abandoned lease end late), two round trips the network
+// faults hit, and 80ms for scheduling on a loaded machine. It is shorter
+// than a lease, so a key held for a whole lease by nobody is caught.
+func (c Config) freeWaitBound() time.Duration {
+	return 50*time.Millisecond + c.MaxBackoff + c.Margin + c.Skew + 2*c.ReadTimeout + 80*time.Millisecond
+}
+
+// finalBound is how soon after the faults stop every key must be acquired,
+// and every queue of waiters empty: the longest lease a dead client may
+// have left, plus a recovery.
+func (c Config) finalBound() time.Duration {
+	return longestLease(c.Mode, c.TTL) + c.recoveryBound()
+}
+
+// bounds are the checks' parameters for this run.
+func (c Config) bounds() Bounds {
+	return Bounds{Recovery: c.recoveryBound(), FreeWait: c.freeWaitBound(), Takeover: c.Margin + c.Skew,
+		Lease: longestLease(c.Mode, c.TTL), Fenced: c.Mode == ModeFencing,
+		LeaseOf: func(client string) time.Duration {
+			return lockerFor(c.Mode, slotOf(client, c.Goroutines)).leaseOf(c.TTL)
+		}}
+}
+
+// Caught names the checkers that found a violation in a run with an
+// assumption broken, and those that should have and did not: the lease
+// checker and Porcupine always; the fenced resource too when fencing
+// tokens start over after a restart without persistence.
+func Caught(res *Result) (caught, missed []string) {
+	expect := []struct {
+		name  string
+		found bool
+		due   bool
+	}{
+		{"lease", res.Report.Count(LeaseOverlap) > 0, true},
+		{"porcupine", res.Report.Count(NotLinearizable) > 0, true},
+		{"fence", res.Report.Count(FenceInterleave)+res.Report.Count(TokenOrder) > 0,
+			res.Config.Mode == ModeFencing && !res.Config.Persistence},
+	}
+	for _, e := range expect {
+		switch {
+		case e.found:
+			caught = append(caught, e.name)
+		case e.due:
+			missed = append(missed, e.name)
+		}
+	}
+	if res.Report.Count(CheckersDisagree) > 0 {
+		missed = append(missed, "agreement")
+	}
+	return caught, missed
 }

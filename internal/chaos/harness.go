@@ -4,53 +4,81 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"net"
 	"os"
 	"path/filepath"
-	"strings"
+	"runtime"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/setnxlock/setnxlock/internal/faultproxy"
 )
 
-// Faults counts what the harness injected.
+// Faults counts what the harness injected, by kind.
 type Faults struct {
-	Kills    int // client processes killed with SIGKILL while holding a lock
-	Pauses   int // client processes stopped with SIGSTOP past their lease
-	Crashes  int // goroutine clients that abandoned a lock as if crashed
-	Stalls   int // goroutine clients stalled past their lease
-	Restarts int // redis-server restarts
-	Network  faultproxy.Stats
+	Kinds   map[string]int // every kind but the network's
+	Network faultproxy.Stats
 }
+
+// The kinds of fault the harness counts (besides the proxy's and those a
+// client injects into itself: cancel, handoff-cancel, close).
+const (
+	FaultKill        = "kill"         // a process client killed inside its critical section
+	FaultPause       = "pause"        // a process client stopped past its lease inside its critical section
+	FaultCrash       = "crash"        // a goroutine client abandoned its locks as if crashed
+	FaultStall       = "stall"        // a goroutine client stalled past its lease inside its critical section
+	FaultGrantPause  = "grant-pause"  // a holder stopped or stalled right after Acquire returned
+	FaultReleaseKill = "release-kill" // a process client killed while it released
+	FaultWaiterKill  = "waiter-kill"  // a process client killed while one of its Acquire calls waited
+	FaultRestart     = "restart"      // a redis-server killed and restarted
+	FaultPubSubKill  = "pubsub-kill"  // CLIENT KILL TYPE pubsub
+	FaultScriptFlush = "script-flush" // SCRIPT FLUSH
+	FaultACLRevoke   = "acl-revoke"   // pub/sub or scripting revoked from the clients' user for a while
+	FaultOOM         = "oom"          // 30ms with maxmemory 1: writes that need memory fail with OOM
+	FaultQueuedLost  = "queued-lost"  // a queued attempt's reply lost on purpose (also among the proxies' lost replies)
+
+	// The faults a client injects into itself and reports (worker.go).
+	FaultCancel        = "cancel"         // an Acquire's context ended at a random moment
+	FaultHandoffCancel = "handoff-cancel" // an Acquire cancelled within 3ms of a release of its key
+	FaultClose         = "close"          // Locker.Close while one of the client's Acquire calls waited
+)
 
 // Total is the number of faults of every kind.
 func (f Faults) Total() int {
-	return f.Kills + f.Pauses + f.Crashes + f.Stalls + f.Restarts + f.Network.Total()
+	n := f.Network.Total()
+	for _, c := range f.Kinds {
+		n += c
+	}
+	return n
 }
 
 // Result is a finished run.
 type Result struct {
-	Config   Config
-	History  History
-	Report   Report
-	Faults   Faults
-	Stale    int            // writes the resource refused
-	Fails    []string       // Acquire errors (a context that ended after 20 leases)
-	Releases map[string]int // Release outcomes: released, not-held, error
-	Elapsed  time.Duration
+	Config    Config
+	History   History
+	Report    Report
+	Linearity Linearity
+	Final     Final // the liveness checks once the faults had stopped
+	Faults    Faults
+	Stale     int            // writes the resource refused
+	Fails     []string       // Acquire errors
+	Releases  map[string]int // Release outcomes: released, not-held, error
+	Elapsed   time.Duration
 }
 
-// Run runs the harness: a redis-server, the fault proxy in front of it, the
-// resource, and the clients, under the faults cfg asks for, until one of
-// cfg's limits; then it checks the history. An error means the harness
-// itself failed; violations are in the Report.
+// Run runs the harness: the servers of cfg.Mode, the fault proxies in
+// front of them, the resource, and the clients, under the faults cfg asks
+// for, until one of cfg's limits; then it stops the faults, checks that
+// every key can be acquired and every queue drains, and checks the
+// history with both checkers. An error means the harness itself failed;
+// violations are in the Report.
 func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
+	goroutines := runtime.NumGoroutine()
 	dir, err := os.MkdirTemp("", "setnxlock-chaos-")
 	if err != nil {
 		return nil, err
@@ -61,44 +89,42 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 			return nil, err
 		}
 	}
-	if err := os.Mkdir(filepath.Join(dir, "redis"), 0o700); err != nil {
-		return nil, err
-	}
-	server, err := startRedis(filepath.Join(dir, "redis"), cfg.Persistence)
+	servers, err := startBackend(dir, cfg)
 	if err != nil {
 		return nil, err
 	}
-	defer server.kill()
-	network := cfg.Network
-	network.Seed = cfg.Seed
-	proxy, err := faultproxy.New(server.addr(), network)
-	if err != nil {
-		return nil, err
-	}
-	defer proxy.Close()
+	defer servers.close()
 	socket := filepath.Join(dir, "resource.sock")
 	listener, err := net.Listen("unix", socket)
 	if err != nil {
 		return nil, err
 	}
 
-	h := &harness{cfg: cfg, server: server, proxy: proxy, socket: socket, listener: listener,
+	h := &harness{cfg: cfg, servers: servers, socket: socket, listener: listener,
 		stop: make(chan struct{}), enough: make(chan struct{}), restartNow: make(chan struct{}, 1),
 		fatal: make(chan error, 1), procs: map[string]*proc{}, conns: map[net.Conn]struct{}{},
 		restarts: streamFor(cfg.Seed, "restarts")}
 	h.nextRestart = h.restartGap() / 2
 	h.rec = newRecorder(h.acquired)
-	return h.run(ctx)
+	h.res = &resource{rec: h.rec, hooks: h.hooks, stop: h.stop, track: h.track}
+	res, err := h.run(ctx)
+	servers.close() // its proxies' goroutines are the run's too
+	if err != nil {
+		return nil, err
+	}
+	res.Final.goroutines(goroutines, h.cfg.finalBound())
+	res.Report.Violations = append(res.Report.Violations, res.Final.Violations...)
+	return res, nil
 }
 
 // harness is one run in progress.
 type harness struct {
 	cfg      Config
-	server   *redisServer
-	proxy    *faultproxy.Proxy
+	servers  *backend
 	socket   string
 	listener net.Listener
 	rec      *recorder
+	res      *resource
 
 	stop       chan struct{} // closed when the run ends
 	enough     chan struct{} // closed when cfg.Acquisitions are recorded
@@ -113,18 +139,24 @@ type harness struct {
 	stopping    bool
 	restarts    *rand.Rand // guarded by mu
 	nextRestart int
-
-	kills, pauses, crashes, stalls, restartCount atomic.Int64
+	revoked     [2]bool // pub/sub, scripting: revocation begun; guarded by mu
 }
+
+// fault records one fault the harness injected, into client ("" for the
+// servers).
+func (h *harness) fault(kind, client string) { h.rec.fault(kind, client) }
 
 func (h *harness) run(ctx context.Context) (*Result, error) {
 	start := time.Now()
 	workCtx, cancelWork := context.WithCancel(context.Background())
 	defer cancelWork()
 	h.wg.Add(1)
-	go serveResource(h.listener, h.rec, h.hooks, h.stop, &h.wg, h.track)
+	go h.res.serve(h.listener, &h.wg)
 	h.wg.Add(1)
 	go h.restarter()
+	h.wg.Add(1)
+	go h.sample()
+	h.startServerFaults()
 	for slot := range h.cfg.Goroutines {
 		h.wg.Add(1)
 		go h.goroutineClient(workCtx, slot)
@@ -159,22 +191,45 @@ func (h *harness) run(ctx context.Context) (*Result, error) {
 		return nil, err
 	}
 
-	history := h.rec.history(end)
+	history := h.rec.history(h.cfg.Mode, end)
 	h.rec.mu.Lock()
 	res := &Result{Config: h.cfg, History: history, Stale: h.rec.stale, Fails: h.rec.fails, Releases: h.rec.releases}
+	kinds := maps.Clone(h.rec.faults)
 	h.rec.mu.Unlock()
 	res.Elapsed = end.Sub(start)
-	res.Report = Check(history, Bounds{Recovery: h.cfg.recoveryBound()})
-	res.Faults = Faults{Kills: int(h.kills.Load()), Pauses: int(h.pauses.Load()), Crashes: int(h.crashes.Load()),
-		Stalls: int(h.stalls.Load()), Restarts: int(h.restartCount.Load()), Network: h.proxy.Stats()}
+	res.Faults = Faults{Kinds: kinds, Network: h.servers.stats()}
+	res.Final = finalChecks(h.cfg, h.servers)
+	res.check()
 	return res, nil
 }
 
-// shutdown ends the run: recording stops, client processes are killed,
-// goroutine clients cancelled, connections cut, and every goroutine the
-// run started is waited for. It returns the end of the recorded history.
+// check runs both checkers on the result's history and compares them.
+func (res *Result) check() {
+	res.Report = Check(res.History, res.Config.bounds())
+	res.Linearity = CheckLinearizable(res.History, linearizeTimeout)
+	res.Report.Violations = append(res.Report.Violations, res.Linearity.Violations(res.Report)...)
+}
+
+// Recheck checks a history recorded by a run of cfg again, as Run did,
+// but without the liveness checks of the run's end: to study a history
+// saved earlier.
+func Recheck(cfg Config, h History) *Result {
+	res := &Result{Config: cfg, History: h}
+	res.check()
+	return res
+}
+
+// linearizeTimeout bounds the second checker's work on one key.
+const linearizeTimeout = 20 * time.Second
+
+// shutdown ends the run: the faults stop, recording stops, client
+// processes are killed, goroutine clients cancelled, connections cut, and
+// every goroutine the run started is waited for. It returns the end of
+// the recorded history.
 func (h *harness) shutdown(cancelWork context.CancelFunc) time.Time {
 	end := h.rec.stop()
+	h.servers.setNetworkFaults(faultproxy.Faults{})
+	h.servers.loseRepliesTo(nil)
 	cancelWork() // before the hang-up below, so goroutine clients take it for the end
 	h.mu.Lock()
 	h.stopping = true
@@ -188,6 +243,9 @@ func (h *harness) shutdown(cancelWork context.CancelFunc) time.Time {
 	h.mu.Unlock()
 	_ = h.listener.Close()
 	h.wg.Wait()
+	if h.cfg.RevokeACL {
+		h.restoreACL()
+	}
 	return end
 }
 
@@ -211,21 +269,28 @@ func (h *harness) fail(err error) {
 
 // workerConfig is the configuration of one client incarnation.
 func (h *harness) workerConfig(name string, slot int) WorkerConfig {
-	keys := make([]string, h.cfg.Keys)
-	for i := range keys {
-		keys[i] = fmt.Sprintf("chaos.k%d", i)
-	}
 	retries := 0 // go-redis's default: three retries after a network error
 	if slot%2 == 1 {
 		retries = -1 // none: the library alone deals with every failed round trip
 	}
+	c := h.cfg
 	return WorkerConfig{
-		Name: name, Redis: h.proxy.Addr(), Resource: h.socket, Keys: keys, Seed: h.cfg.Seed,
-		Offset: offsetFor(h.cfg.Seed, name, h.cfg.Skew), TTL: h.cfg.TTL, Margin: h.cfg.Margin,
-		MinBackoff: h.cfg.MinBackoff, MaxBackoff: h.cfg.MaxBackoff, ReadTimeout: h.cfg.ReadTimeout,
-		MaxRetries: retries, LongHoldRate: h.cfg.LongHoldRate,
-		NoScripts: slot%4 >= 2, // half the clients on the classic commands alone, half on the script fast path
+		Name: name, Redis: h.servers.clientAddrs(), Cluster: h.servers.cluster, Password: aclPassword,
+		Resource: h.socket, Keys: keys(c.Keys), Seed: c.Seed, Offset: offsetFor(c.Seed, name, c.Skew),
+		Locker: lockerFor(c.Mode, slot), Loops: c.Loops, TTL: c.TTL, Margin: c.Margin,
+		MinBackoff: c.MinBackoff, MaxBackoff: c.MaxBackoff, ReadTimeout: c.ReadTimeout,
+		MaxRetries: retries, LongHoldRate: c.LongHoldRate,
+		CancelRate: c.CancelRate, HandoffCancelRate: c.HandoffCancelRate, CloseEvery: c.CloseEvery,
 	}
+}
+
+// keys names the run's lock keys.
+func keys(n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = fmt.Sprintf("chaos.k%d", i)
+	}
+	return out
 }
 
 // goroutineClient runs incarnation after incarnation of one goroutine
@@ -267,7 +332,8 @@ func (h *harness) processClient(slot int) {
 			h.fail(fmt.Errorf("chaos: start client %s: %w", name, err))
 			return
 		}
-		<-p.exited
+		<-p.exited // bounded: the harness kills every process at the latest when the run stops
+		h.rec.killed(name, time.Now())
 		h.mu.Lock()
 		delete(h.procs, name)
 		stopping := h.stopping
@@ -288,19 +354,22 @@ func (h *harness) isStopping() bool {
 	return h.stopping
 }
 
-// hooks gives the resource what it needs to inject faults into a client.
+// hooks gives the resource what it needs to inject faults into a client
+// (one loop of it).
 func (h *harness) hooks(client string) clientHooks {
+	process := processOf(client)
 	h.mu.Lock()
-	p := h.procs[client]
+	p := h.procs[process]
 	h.mu.Unlock()
-	plan := &randomPlan{rng: streamFor(h.cfg.Seed, "faults/"+client), ttl: h.cfg.TTL}
+	plan := &randomPlan{rng: streamFor(h.cfg.Seed, "faults/"+client), grants: streamFor(h.cfg.Seed, "grant-faults/"+client),
+		releases: streamFor(h.cfg.Seed, "release-faults/"+client), ttl: h.cfg.TTL, grantPauseRate: h.cfg.GrantPauseRate}
 	if p != nil {
-		plan.crashRate, plan.pauseRate = h.cfg.KillRate, h.cfg.PauseRate
+		plan.crashRate, plan.pauseRate, plan.releaseKillRate = h.cfg.KillRate, h.cfg.PauseRate, h.cfg.ReleaseKillRate
 		return clientHooks{
 			plan: plan,
-			kill: func() bool { h.kills.Add(1); p.kill(); return true },
-			pause: func(d time.Duration, stop <-chan struct{}) {
-				h.pauses.Add(1)
+			kill: func(kind string) bool { h.fault(kind, client); p.kill(); return true },
+			pause: func(kind string, d time.Duration, stop <-chan struct{}) {
+				h.rec.faultFor(kind, client, d)
 				p.pause(d, stop)
 			},
 		}
@@ -308,19 +377,23 @@ func (h *harness) hooks(client string) clientHooks {
 	plan.crashRate, plan.pauseRate = h.cfg.CrashRate, h.cfg.StallRate
 	return clientHooks{
 		plan: plan,
-		kill: func() bool { h.crashes.Add(1); return false },
-		pause: func(d time.Duration, stop <-chan struct{}) {
-			h.stalls.Add(1)
+		kill: func(string) bool { h.fault(FaultCrash, client); return false },
+		pause: func(kind string, d time.Duration, stop <-chan struct{}) {
+			if kind == FaultPause {
+				kind = FaultStall
+			}
+			h.fault(kind, client)
 			_ = sleepOrStop(d, stop)
 		},
 	}
 }
 
-// randomPlan draws each write's fate from the client's own stream.
+// randomPlan draws each fault from the client's own streams.
 type randomPlan struct {
-	rng                  *rand.Rand
-	crashRate, pauseRate float64
-	ttl                  time.Duration
+	rng, grants, releases                *rand.Rand
+	crashRate, pauseRate, grantPauseRate float64
+	releaseKillRate                      float64
+	ttl                                  time.Duration
 }
 
 // next draws twice whatever the rates, so the schedule of one fault does
@@ -331,16 +404,34 @@ func (p *randomPlan) next() (action, time.Duration) {
 	case x < p.crashRate:
 		return actCrash, 0
 	case x < p.crashRate+p.pauseRate:
-		return actPause, p.ttl + time.Duration(length*float64(p.ttl)) // past the lease, by up to another lease
+		return actPause, p.pastLease(length)
 	}
 	return actNone, 0
 }
 
+func (p *randomPlan) afterGrant() (bool, time.Duration) {
+	x, length := p.grants.Float64(), p.grants.Float64()
+	return x < p.grantPauseRate, p.pastLease(length)
+}
+
+func (p *randomPlan) atRelease() (bool, time.Duration) {
+	x, delay := p.releases.Float64(), p.releases.Float64()
+	return x < p.releaseKillRate, time.Duration(delay * float64(2*time.Millisecond))
+}
+
+// pastLease is a pause from one lease to two.
+func (p *randomPlan) pastLease(length float64) time.Duration {
+	return p.ttl + time.Duration(length*float64(p.ttl))
+}
+
 // acquired is the recorder's callback: it ends the run at the target and
-// triggers server restarts on the seeded schedule.
+// triggers server restarts and ACL revocations on the seeded schedule.
 func (h *harness) acquired(n int) {
 	if h.cfg.Acquisitions > 0 && n >= h.cfg.Acquisitions {
 		h.enoughOnce.Do(func() { close(h.enough) })
+	}
+	if h.cfg.RevokeACL && h.cfg.Acquisitions > 0 {
+		h.revokeOnSchedule(n)
 	}
 	if h.cfg.RestartEvery <= 0 {
 		return
@@ -366,21 +457,22 @@ func (h *harness) restartGap() int {
 	return every/2 + h.restarts.IntN(every+1)
 }
 
-// restarter kills and restarts redis-server when told to.
+// restarter kills and restarts a redis-server when told to.
 func (h *harness) restarter() {
 	defer h.wg.Done()
+	rng := streamFor(h.cfg.Seed, "restarted-node")
 	for {
 		select {
 		case <-h.stop:
 			return
 		case <-h.restartNow:
 		}
-		down, err := h.server.restart()
+		down, err := h.servers.restart(rng)
 		if err != nil {
 			h.fail(err)
 			return
 		}
-		h.restartCount.Add(1)
+		h.fault(FaultRestart, "")
 		h.rec.serverDown(down)
 	}
 }
@@ -390,74 +482,26 @@ func (h *harness) progress(start time.Time) {
 	if h.cfg.Log == nil {
 		return
 	}
-	tick := time.NewTicker(5 * time.Second)
+	h.ticks(5*time.Second, func() {
+		h.rec.mu.Lock()
+		n, stale, calls := len(h.rec.order), h.rec.stale, len(h.rec.calls)
+		kills, restarts := h.rec.faults[FaultKill]+h.rec.faults[FaultWaiterKill]+h.rec.faults[FaultReleaseKill], h.rec.faults[FaultRestart]
+		h.rec.mu.Unlock()
+		fmt.Fprintf(h.cfg.Log, "chaos: %s %5.1fs acquisitions=%d calls-without-lock=%d stale-writes=%d kills=%d restarts=%d\n",
+			h.cfg.Mode, time.Since(start).Seconds(), n, calls, stale, kills, restarts)
+	})
+}
+
+// ticks calls fn every period until the run stops.
+func (h *harness) ticks(period time.Duration, fn func()) {
+	tick := time.NewTicker(period)
 	defer tick.Stop()
 	for {
 		select {
 		case <-h.stop:
 			return
 		case <-tick.C:
-			h.rec.mu.Lock()
-			n, stale := len(h.rec.order), h.rec.stale
-			h.rec.mu.Unlock()
-			fmt.Fprintf(h.cfg.Log, "chaos: %5.1fs acquisitions=%d stale-writes=%d kills=%d pauses=%d restarts=%d\n",
-				time.Since(start).Seconds(), n, stale, h.kills.Load(), h.pauses.Load(), h.restartCount.Load())
+			fn()
 		}
 	}
-}
-
-// Summary is the last line `make chaos` prints.
-func (r *Result) Summary() string {
-	return fmt.Sprintf("chaos: acquisitions=%d faults=%d violations=%d recovered_p99=%s",
-		r.Report.Acquisitions, r.Faults.Total(), len(r.Report.Violations), roundDuration(Percentile(r.Report.Recovered, 99)))
-}
-
-// roundDuration keeps two or three significant digits.
-func roundDuration(d time.Duration) time.Duration {
-	switch {
-	case d >= time.Second:
-		return d.Round(10 * time.Millisecond)
-	case d >= 10*time.Millisecond:
-		return d.Round(time.Millisecond)
-	default:
-		return d.Round(100 * time.Microsecond)
-	}
-}
-
-// Details describes the run beyond the summary line.
-func (r *Result) Details() string {
-	var b strings.Builder
-	c := r.Config
-	fmt.Fprintf(&b, "chaos: seed=%d goroutines=%d procs=%d keys=%d ttl=%s skew=%s margin=%s persistence=%t client-tags=%q\n",
-		c.Seed, c.Goroutines, c.Procs, c.Keys, c.TTL, c.Skew, c.Margin, c.Persistence, c.ClientTags)
-	f := r.Faults
-	fmt.Fprintf(&b, "chaos: %s elapsed; faults: kills=%d pauses=%d crashes=%d stalls=%d restarts=%d delayed=%d lost-replies=%d cuts=%d\n",
-		r.Elapsed.Round(time.Millisecond), f.Kills, f.Pauses, f.Crashes, f.Stalls, f.Restarts, f.Network.Delayed, f.Network.Lost, f.Network.Cut)
-	fmt.Fprintf(&b, "chaos: writes=%d stale-writes-refused=%d releases=%v acquire-errors=%d\n",
-		len(r.History.Ops), r.Stale, r.Releases, len(r.Fails))
-	for i, f := range r.Fails {
-		if i == 3 {
-			break
-		}
-		fmt.Fprintf(&b, "chaos:   acquire error: %s\n", strings.TrimSpace(strings.TrimPrefix(f, "fail ")))
-	}
-	rec := r.Report.Recovered
-	fmt.Fprintf(&b, "chaos: crashed holders recovered=%d (unrecovered at the end: %d) p50=%s p99=%s max=%s bound=%s\n",
-		len(rec), r.Report.Unrecovered, roundDuration(Percentile(rec, 50)), roundDuration(Percentile(rec, 99)),
-		roundDuration(Percentile(rec, 100)), c.recoveryBound())
-	if len(rec) > 0 {
-		s := r.Report.Slowest
-		fmt.Fprintf(&b, "chaos:   slowest: %s/%d's lease, recovered by %s/%d\n", s.Crashed.Client, s.Crashed.Seq, s.Next.Client, s.Next.Seq)
-	}
-	fmt.Fprintf(&b, "chaos: violations: %s=%d %s=%d %s=%d %s=%d\n",
-		LeaseOverlap, r.Report.Count(LeaseOverlap), FenceInterleave, r.Report.Count(FenceInterleave),
-		TokenOrder, r.Report.Count(TokenOrder), SlowRecovery, r.Report.Count(SlowRecovery))
-	for i, v := range r.Report.Violations {
-		if i == 10 {
-			fmt.Fprintf(&b, "chaos:   ... and %d more\n", len(r.Report.Violations)-i)
-			break
-		}
-		fmt.Fprintf(&b, "chaos:   %s\n", v)
-	}
-	return b.String()
 }

@@ -14,16 +14,18 @@ import (
 // assert what the checker found, never how long anything took; recovery
 // times are logged.
 
-// shortConfig is DefaultConfig scaled down to a few seconds, with faults
-// frequent enough that every kind happens.
-func shortConfig(t *testing.T, clientBinary string) Config {
-	cfg := DefaultConfig()
+// shortConfig is DefaultConfig of a mode scaled down to a few seconds,
+// with faults frequent enough that every kind happens.
+func shortConfig(t *testing.T, mode, clientBinary string) Config {
+	cfg := DefaultConfig(mode)
 	cfg.Seed = 7
-	cfg.Acquisitions = 500
+	cfg.Acquisitions = 400
 	cfg.Duration = 60 * time.Second // a bound for a stuck run, not an expectation
-	cfg.Goroutines, cfg.Procs, cfg.Keys = 4, 2, 3
+	cfg.Goroutines, cfg.Procs, cfg.Loops, cfg.Keys = 3, 2, 2, 3
 	cfg.KillRate, cfg.PauseRate, cfg.CrashRate, cfg.StallRate = 0.03, 0.01, 0.01, 0.005
-	cfg.RestartEvery = 200
+	cfg.GrantPauseRate, cfg.ReleaseKillRate = 0.01, 0.01
+	cfg.WaiterKillEvery, cfg.PubSubKillEvery, cfg.ScriptFlushEvery, cfg.OOMEvery = time.Second, 300*time.Millisecond, 500*time.Millisecond, 500*time.Millisecond
+	cfg.RestartEvery = 150
 	cfg.ClientBinary = clientBinary
 	cfg.Log = testLog{t}
 	return cfg
@@ -49,55 +51,80 @@ func run(t *testing.T, cfg Config) *Result {
 	return res
 }
 
-func TestARunUnderTheAssumptionsHasNoSafetyViolation(t *testing.T) {
+func TestEveryModeRunsWithoutASafetyViolation(t *testing.T) {
 	needRedis(t)
-	res := run(t, shortConfig(t, buildClient(t, "")))
-	assert.Zero(t, res.Report.Safety(), "safety violations under the assumptions")
-	assert.Positive(t, res.Faults.Kills, "client processes killed inside critical sections")
-	assert.Positive(t, res.Faults.Restarts, "server restarts")
-	assert.Positive(t, res.Faults.Network.Total(), "network faults")
-	assert.NotEmpty(t, res.Report.Recovered, "crashed holders whose lease was recovered")
-}
-
-func TestBrokenAssumptionsAreCaught(t *testing.T) {
-	needRedis(t)
-	for _, tc := range []struct {
-		name, tags   string
-		acquisitions int // enough for the failure to show many times over with seed 7
-		caughtAs     string
-	}{
-		{BreakSkew, "", 200, LeaseOverlap},
-		{BreakRestartNoPersistence, "", 300, TokenOrder},
-		{BreakOwnerCheck, OwnerCheckOffTag, 100, LeaseOverlap},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			// The owner-check run's clients are built with -tags
-			// setnxlock_no_owner_check: the library's owner check off.
-			cfg := shortConfig(t, buildClient(t, tc.tags))
-			cfg.Acquisitions = tc.acquisitions
-			require.NoError(t, cfg.Break(tc.name))
-			require.Equal(t, tc.tags, cfg.ClientTags)
-			res := run(t, cfg)
-			assert.Positive(t, res.Report.Count(tc.caughtAs), "the checker must catch %s", tc.name)
+	bin := buildClient(t, "")
+	for _, mode := range Modes {
+		t.Run(mode, func(t *testing.T) {
+			res := run(t, shortConfig(t, mode, bin))
+			assert.Zero(t, res.Report.Safety(), "safety violations under the assumptions")
+			assert.Zero(t, res.Report.Count(CheckersDisagree), "the two checkers disagree")
+			assert.Positive(t, res.Faults.Kinds[FaultRestart], "server restarts")
+			assert.Positive(t, res.Faults.Network.Total(), "network faults")
+			assert.Positive(t, res.Report.Sections, "critical sections counted")
 		})
 	}
 }
 
-func TestWorkerFlagsRoundTrip(t *testing.T) {
+func TestBrokenAssumptionsAreCaughtByEveryChecker(t *testing.T) {
+	needRedis(t)
+	both := []string{"lease", "porcupine"}
+	for _, tc := range []struct {
+		mode, assumption, tags string
+		acquisitions           int      // enough for the failure to show many times over with seed 7
+		by                     []string // the checkers that must catch it
+	}{
+		{ModeDefault, BreakSkew, "", 300, both},
+		{ModeDefault, BreakRestartNoPersistence, "", 400, both},
+		{ModeDefault, BreakOwnerCheck, OwnerCheckOffTag, 200, both}, // the release script hands over any key: the handoff's owner check off
+		{ModeNoScripts, BreakOwnerCheck, OwnerCheckOffTag, 200, both},
+		{ModeFencing, BreakRestartNoPersistence, "", 400, []string{"fence"}}, // tokens start over
+	} {
+		t.Run(tc.mode+"/"+tc.assumption, func(t *testing.T) {
+			// The owner-check runs' clients are built with -tags
+			// setnxlock_no_owner_check: the library's owner check off.
+			cfg := shortConfig(t, tc.mode, buildClient(t, tc.tags))
+			cfg.Acquisitions = tc.acquisitions
+			require.NoError(t, cfg.Break(tc.assumption))
+			require.Equal(t, tc.tags, cfg.ClientTags)
+			res := run(t, cfg)
+			caught, _ := Caught(res)
+			assert.Subset(t, caught, tc.by, "caught by %v", caught)
+			assert.Zero(t, res.Report.Count(CheckersDisagree), "the two checkers disagree")
+		})
+	}
+}
+
+func TestWorkerConfigRoundTrips(t *testing.T) {
 	cfg := WorkerConfig{
-		Name: "p1.2", Redis: "127.0.0.1:1", Resource: "/tmp/r.sock", Keys: []string{"a", "b"}, Seed: 9,
-		Offset: -3 * time.Millisecond, TTL: time.Second, Margin: 5 * time.Millisecond,
+		Name: "p1.2", Redis: []string{"127.0.0.1:1"}, Resource: "/tmp/r.sock", Keys: []string{"a", "b"}, Seed: 9,
+		Offset: -3 * time.Millisecond, TTL: time.Second, Margin: 5 * time.Millisecond, Loops: 2,
 		MinBackoff: time.Millisecond, MaxBackoff: 9 * time.Millisecond, ReadTimeout: 50 * time.Millisecond,
-		MaxRetries: -1, LongHoldRate: 0.25, NoScripts: true,
+		MaxRetries: -1, LongHoldRate: 0.25, Locker: LockerConfig{Format: 2, NoScripts: true, User: UserPoller},
+		CancelRate: 0.1, HandoffCancelRate: 0.2, CloseEvery: time.Second,
 	}
 	parsed, err := ParseWorkerArgs(cfg.Args())
 	require.NoError(t, err)
 	assert.Equal(t, cfg, parsed)
 }
 
-func TestAnUnknownAssumptionIsRefused(t *testing.T) {
-	cfg := DefaultConfig()
+func TestAnUnknownAssumptionOrModeIsRefused(t *testing.T) {
+	cfg := DefaultConfig(ModeDefault)
 	assert.Error(t, cfg.Break("gravity"))
+	cfg.Mode = "telepathy"
+	_, err := Run(context.Background(), cfg)
+	assert.Error(t, err)
+}
+
+func TestQueuedAttemptsAreRecognisedOnTheWire(t *testing.T) {
+	queued := []string{"evalsha", "abc", "2", "chaos.k1", "{chaos.k1}.waiters", "123:TOKEN", "600", "ID:TOKEN", "TOKEN"}
+	release := []string{"evalsha", "abc", "2", "chaos.k1", "{chaos.k1}.waiters", "setnxlock:released:chaos.k1", "123", "1", "250", "0", "TOKEN"}
+	leave := []string{"evalsha", "abc", "2", "chaos.k1", "{chaos.k1}.waiters", "ID:TOKEN", "TOKEN", "setnxlock:released:chaos.k1", "123", "250"}
+	unqueued := []string{"evalsha", "abc", "1", "chaos.k1", "123:TOKEN", "600"}
+	assert.True(t, queuedAttempt(queued))
+	assert.False(t, queuedAttempt(release))
+	assert.False(t, queuedAttempt(leave))
+	assert.False(t, queuedAttempt(unqueued))
 }
 
 // testLog sends progress lines to the test log.

@@ -4,49 +4,120 @@ import "time"
 
 // History is everything a run recorded. Times are wall-clock instants of
 // the one machine every client runs on, so instants taken in different
-// processes compare.
+// processes compare: the machine's clock is the arbiter of real time.
 type History struct {
+	Mode         string
 	Acquisitions []Acquisition
+	Calls        []Call     // Acquire calls that did not return a lock: failed, or cut short by a kill
 	Ops          []Op       // in the order the resource decided them
-	Downtime     []Interval // when the redis-server was down (restarts)
+	Downtime     []Interval // when a redis-server was down (restarts)
+	Faults       []FaultAt  // every fault but the network's, as the harness learned of it
+	Keys         []KeyState // what the server held, sampled (sampler.go); empty on a Cluster
 	End          time.Time  // when the run stopped its clients
 }
 
-// Acquisition is one lock won by one client.
-type Acquisition struct {
-	Client string // the client incarnation, e.g. "g3" or "p1.2" (slot 1, third process)
-	Seq    int64  // the client's acquisition number; (Client, Seq) is unique
-	Key    string
-	Token  int64 // the fencing token
+// FaultAt is one fault injected at an instant: its kind (see Faults), the
+// client it hit, if any, and for a process stopped with SIGSTOP when it
+// was continued.
+type FaultAt struct {
+	At     time.Time
+	Kind   string
+	Client string    `json:",omitempty"`
+	Until  time.Time `json:",omitempty"`
+}
 
-	// Sent is when the client sent the transaction that won the lock, and
-	// Granted is when Acquire returned it: the win happened in between.
-	Sent, Granted time.Time
+// Acquisition is one lock won by one client, and the critical section it
+// ran under it.
+//
+// The section is a sequence of checks by the holder's own clock, each
+// asking whether the lease is still live (now before Lock.ExpiresAt): one
+// on entry, one before each write to the resource, one on exit. The
+// section counts, for mutual exclusion, from the first check that found
+// the lease live (Entered) to the last one (LastLive). A holder whose
+// check found the lease over after it had entered stalled past its lease
+// (H8): it is counted in Overran, and only its live part counts.
+type Acquisition struct {
+	Client string // the client incarnation and loop, e.g. "g3.0/1" or "p1.2/0"
+	Seq    int64  // the loop's acquisition number; (Client, Seq) is unique
+	Key    string
+	Token  int64 // the fencing token, 0 without fencing
+
+	// Called is when Acquire was called. Sent is when the client last
+	// sent a command that can win a lock before Acquire returned, and
+	// Granted is when Acquire returned.
+	Called, Sent, Granted time.Time
+	// Expiry is the lease's end as the value at the key states it, in
+	// Unix milliseconds by the clock that wrote it (Lock.ExpiresAt when
+	// Acquire returned).
+	Expiry int64
 	// LeaseEnd is the end of the lease by the client's own clock
-	// (Lock.ExpiresAt), as a wall-clock instant: the clock's skew removed.
+	// (Lock.ExpiresAt at its last check), as a wall-clock instant: the
+	// clock's offset removed.
 	LeaseEnd time.Time
+
+	// InDoubt: a write of its Acquire failed without a reply before it
+	// won (see Call.InDoubt); the key may have been held by that write.
+	InDoubt bool
+
+	Entered  time.Time // the first check that found the lease live; zero if none did
+	LastLive time.Time // the last check that found the lease live
+	Overran  bool      // a check after entry found the lease over (H8)
+
 	// Released is when the client ended its critical section, just before
-	// it called Release; zero if it never did.
-	Released time.Time
+	// it called Release; zero if it never did. ReleaseReturned is when
+	// Release returned, with Outcome: released, not-held or error.
+	Released, ReleaseReturned time.Time
+	Outcome                   string
 	// Crashed is when the harness killed the client (SIGKILL, or a
-	// goroutine told to abandon its lock) while it held the lock; zero
-	// otherwise.
+	// goroutine told to abandon its lock) while it held the lock or
+	// released it; zero otherwise.
 	Crashed time.Time
 }
 
 // ID names the acquisition in reports.
 func (a Acquisition) ID() AcqID { return AcqID{Client: a.Client, Seq: a.Seq} }
 
-// Held is the interval in which the client held the lock: from the grant
-// until its lease ended or it called Release, whichever came first. The
-// lease may have begun before the grant, but the client could not act on
-// it earlier.
-func (a Acquisition) Held() Interval {
-	end := a.LeaseEnd
-	if !a.Released.IsZero() && a.Released.Before(end) {
-		end = a.Released
+// Section is the interval the acquisition counts as a critical section
+// for mutual exclusion, and whether there is one at all.
+func (a Acquisition) Section() (Interval, bool) {
+	if a.Entered.IsZero() {
+		return Interval{}, false
 	}
-	return Interval{From: a.Granted, To: end}
+	return Interval{From: a.Entered, To: a.LastLive}, true
+}
+
+// freedBy is the latest instant at which the key was certainly free of
+// this holder: when its Release returned, if it released a live lease;
+// otherwise when its lease ended by its own clock plus wait, the most any
+// other client's clock may lag behind (skew within the margin).
+func (a Acquisition) freedBy(wait time.Duration) time.Time {
+	if a.Outcome == OutcomeReleased && a.ReleaseReturned.Before(a.LeaseEnd) {
+		return a.ReleaseReturned
+	}
+	return a.LeaseEnd.Add(wait)
+}
+
+// Release outcomes.
+const (
+	OutcomeReleased = "released"
+	OutcomeNotHeld  = "not-held"
+	OutcomeError    = "error"
+)
+
+// Call is an Acquire call that returned no lock: its context ended, it
+// failed, or its process was killed while it waited.
+type Call struct {
+	Client     string
+	Seq        int64
+	Key        string
+	Start, End time.Time // End: when it returned, or when its process was killed
+	// InDoubt: one of its commands that can write the key failed without
+	// a reply (a lost reply, a cut connection, its context ending in
+	// flight): the server may hold a lease nobody knows it owns until that
+	// lease ends (H5).
+	InDoubt bool
+	Killed  bool   // its process was killed while it waited
+	Err     string // its error, if it returned one
 }
 
 // AcqID identifies an acquisition.

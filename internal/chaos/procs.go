@@ -2,16 +2,18 @@ package chaos
 
 import (
 	"bytes"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/setnxlock/setnxlock/internal/redisproc"
 )
 
 // ClientPackage is the client program the harness builds and runs as OS
@@ -48,45 +50,31 @@ func BuildClient(dir, tags string) (string, error) {
 	return out, nil
 }
 
-// Args turns the configuration into the client program's flags.
+// Args turns the configuration into the client program's arguments: one
+// flag carrying it as JSON.
 func (c WorkerConfig) Args() []string {
-	return []string{
-		"-name", c.Name, "-redis", c.Redis, "-resource", c.Resource,
-		"-keys", strings.Join(c.Keys, ","), "-seed", strconv.FormatUint(c.Seed, 10),
-		"-offset", c.Offset.String(), "-ttl", c.TTL.String(), "-margin", c.Margin.String(),
-		"-min-backoff", c.MinBackoff.String(), "-max-backoff", c.MaxBackoff.String(),
-		"-read-timeout", c.ReadTimeout.String(), "-max-retries", strconv.Itoa(c.MaxRetries),
-		"-long-hold", strconv.FormatFloat(c.LongHoldRate, 'g', -1, 64),
-		"-no-scripts=" + strconv.FormatBool(c.NoScripts),
+	data, err := json.Marshal(c)
+	if err != nil {
+		panic(err) // a struct of strings, numbers and booleans always marshals
 	}
+	return []string{"-config", string(data)}
 }
 
 // ParseWorkerArgs is the client program's side of Args.
 func ParseWorkerArgs(args []string) (WorkerConfig, error) {
 	var c WorkerConfig
-	var keys string
+	var config string
 	fs := flag.NewFlagSet("chaosclient", flag.ContinueOnError)
-	fs.StringVar(&c.Name, "name", "", "client incarnation name")
-	fs.StringVar(&c.Redis, "redis", "", "host:port of the fault proxy")
-	fs.StringVar(&c.Resource, "resource", "", "unix socket of the harness's resource")
-	fs.StringVar(&keys, "keys", "", "comma-separated lock keys")
-	fs.Uint64Var(&c.Seed, "seed", 1, "the run's seed")
-	fs.DurationVar(&c.Offset, "offset", 0, "this client's clock offset")
-	fs.DurationVar(&c.TTL, "ttl", 200*time.Millisecond, "lease length")
-	fs.DurationVar(&c.Margin, "margin", 0, "skew margin")
-	fs.DurationVar(&c.MinBackoff, "min-backoff", time.Millisecond, "Acquire's first wait")
-	fs.DurationVar(&c.MaxBackoff, "max-backoff", 20*time.Millisecond, "Acquire's longest wait")
-	fs.DurationVar(&c.ReadTimeout, "read-timeout", 100*time.Millisecond, "go-redis read/write timeout")
-	fs.IntVar(&c.MaxRetries, "max-retries", 0, "go-redis retries (-1: none)")
-	fs.Float64Var(&c.LongHoldRate, "long-hold", 0, "share of critical sections that last the whole lease")
-	fs.BoolVar(&c.NoScripts, "no-scripts", false, "only the classic commands, no EVAL")
+	fs.StringVar(&config, "config", "", "the client's configuration, as JSON (WorkerConfig)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
-	if c.Name == "" || c.Redis == "" || c.Resource == "" || keys == "" {
-		return c, fmt.Errorf("chaosclient: -name, -redis, -resource and -keys are required")
+	if err := json.Unmarshal([]byte(config), &c); err != nil {
+		return c, fmt.Errorf("chaosclient: -config: %w", err)
 	}
-	c.Keys = strings.Split(keys, ",")
+	if c.Name == "" || len(c.Redis) == 0 || c.Resource == "" || len(c.Keys) == 0 || c.Loops < 1 {
+		return c, fmt.Errorf("chaosclient: the configuration needs a name, servers, the resource, keys and loops")
+	}
 	return c, nil
 }
 
@@ -104,6 +92,7 @@ type proc struct {
 func startProc(bin string, cfg WorkerConfig) (*proc, error) {
 	p := &proc{cmd: exec.Command(bin, cfg.Args()...), exited: make(chan struct{})}
 	p.cmd.Stderr = &p.stderr
+	redisproc.DieWithParent(p.cmd) // no client outlives a harness killed mid-run
 	if err := p.cmd.Start(); err != nil {
 		return nil, err
 	}

@@ -3,9 +3,11 @@ package chaos
 import (
 	"bufio"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -15,16 +17,25 @@ import (
 // harness ignores.
 //
 //	hello <client>                                        -> ok
-//	acq <seq> <key> <token> <sent> <granted> <lease-end>  -> ok
-//	op <seq> <key> <token>                                -> ok | stale | crash
-//	done <seq> <at>                                       -> ok
-//	rel <seq> <outcome>                                   -> ok
-//	fail <text>                                           -> ok
+//	call <seq> <key> <at>                                 -> ok
+//	acq <seq> <key> <token> <sent> <granted> <lease-end> <in-doubt> <expiry-ms> -> ok
+//	op <seq> <key> <token> <checked> <lease-end>          -> ok | stale | crash
+//	done <seq> <checked> <live> <lease-end>               -> ok
+//	rel <seq> <outcome> <at>                              -> ok
+//	fail <seq> <key> <at> <in-doubt> <text>               -> ok
 //
-// A holder sends done before it sends the release to Redis, and rel with
-// the release's outcome after: the end of its critical section is then on
-// record before anyone else can be granted the key, even when the run
-// stops while its release is still in flight.
+// A loop sends call before it calls Acquire, and acq or fail when Acquire
+// returns. Each op and the done are preceded by a check of the lease by
+// the holder's clock, which they carry (checked, and whether the lease was
+// live for done). A holder sends done before it sends the release to
+// Redis, and rel with the release's outcome after: the end of its critical
+// section is then on record before anyone else can be granted the key,
+// even when the run stops while its release is still in flight.
+//
+// A client also opens one events connection, "events <client>", on which
+// nothing is answered: the harness announces "released <key>" when a
+// holder of key sends done, and the client reports the faults it injects
+// into itself, "fault <kind>".
 //
 // Instants are wall-clock Unix nanoseconds. "crash" tells a goroutine
 // client to abandon its lock as if it had died; a process client is sent
@@ -87,7 +98,10 @@ func parseRequest(line string) (request, error) {
 	if len(fields) == 0 {
 		return request{}, fmt.Errorf("empty request")
 	}
-	want := map[string]int{"hello": 1, "acq": 6, "op": 3, "done": 2, "rel": 2}
+	want := map[string]int{"hello": 1, "events": 1, "call": 3, "acq": 8, "op": 5, "done": 4, "rel": 3, "fault": 1}
+	if fields[0] == "fail" && len(fields) < 5 {
+		return request{}, fmt.Errorf("fail wants at least 4 arguments, got %q", line)
+	}
 	if n, ok := want[fields[0]]; ok && len(fields)-1 != n {
 		return request{}, fmt.Errorf("%s wants %d arguments, got %q", fields[0], n, line)
 	}
@@ -105,4 +119,55 @@ func (r request) ints(positions ...int) ([]int64, error) {
 		out[i] = n
 	}
 	return out, nil
+}
+
+// eventConn is a client's events connection (see the protocol above).
+type eventConn struct {
+	conn net.Conn
+	mu   sync.Mutex // serialises writes
+}
+
+func dialEvents(path, client string) (*eventConn, error) {
+	conn, err := net.Dial("unix", path)
+	if err != nil {
+		return nil, err
+	}
+	ev := &eventConn{conn: conn}
+	ev.send("events " + client)
+	return ev, nil
+}
+
+func (ev *eventConn) send(line string) {
+	ev.mu.Lock()
+	defer ev.mu.Unlock()
+	_, _ = ev.conn.Write([]byte(line + "\n"))
+}
+
+// fault reports a fault the client injected into itself.
+func (ev *eventConn) fault(kind string) { ev.send("fault " + kind) }
+
+func (ev *eventConn) close() { _ = ev.conn.Close() }
+
+// cancelOnRelease reads the harness's announcements until the connection
+// closes; at each release of a key, each Acquire waiting on it is
+// cancelled with probability rate, within 3ms: just before, during or
+// just after the release hands the key on.
+func (ev *eventConn) cancelOnRelease(waits *waiting, rate float64, rng *rand.Rand) {
+	in := bufio.NewReader(ev.conn)
+	for {
+		line, err := in.ReadString('\n')
+		if err != nil {
+			return
+		}
+		key, ok := strings.CutPrefix(strings.TrimSpace(line), "released ")
+		if !ok {
+			continue
+		}
+		for _, p := range waits.on(key) {
+			if x, delay := rng.Float64(), rng.Float64(); x < rate {
+				time.AfterFunc(time.Duration(delay*float64(3*time.Millisecond)), p.cancel)
+				ev.fault(FaultHandoffCancel)
+			}
+		}
+	}
 }

@@ -1,162 +1,250 @@
 package chaos
 
 import (
-	"bufio"
+	"context"
 	"fmt"
-	"net"
+	"math/rand/v2"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/setnxlock/setnxlock/internal/faultproxy"
+	"github.com/setnxlock/setnxlock/internal/redisproc"
 )
 
-// redisServer is the run's redis-server process. internal/redistest does
-// the same for tests, but takes a testing.TB; the harness also runs as a
-// program, and needs persistence.
-type redisServer struct {
-	bin, dir   string
-	port       int
-	persistent bool
-	cmd        *exec.Cmd
-	exit       chan struct{}
+// backend is the run's Redis: one redis-server, or a Cluster of masters,
+// each node behind a fault proxy of its own. Clients reach the nodes only
+// through the proxies; the harness's own commands (faults, checks) go to
+// the nodes directly.
+type backend struct {
+	nodes   []*redisproc.Server
+	proxies []*faultproxy.Proxy
+	cluster bool
 }
 
-// redisBinary finds redis-server as internal/redistest does: $REDIS_SERVER_BIN,
-// the PATH, /usr/bin.
-func redisBinary() (string, error) {
-	candidates := []string{os.Getenv("REDIS_SERVER_BIN")}
-	if path, err := exec.LookPath("redis-server"); err == nil {
-		candidates = append(candidates, path)
-	}
-	for _, c := range append(candidates, "/usr/bin/redis-server") {
-		if info, err := os.Stat(c); c != "" && err == nil && !info.IsDir() {
-			return c, nil
-		}
-	}
-	return "", fmt.Errorf("chaos: redis-server not found (apt-get install redis-server, or set REDIS_SERVER_BIN)")
-}
+// clusterMasters is the size of the Cluster of the cluster mode.
+const clusterMasters = 3
 
-// startRedis starts a redis-server on a free loopback port, keeping its
-// data in dir. With persistent it logs every write to an append-only file
-// and fsyncs it before replying (appendonly yes, appendfsync always), so
-// that a restart loses no acknowledged write: the README's assumption 4.
-func startRedis(dir string, persistent bool) (*redisServer, error) {
+// aclPassword is the password of the clients' ACL users on the harness's
+// throwaway servers.
+const aclPassword = "chaos-run"
+
+// aclUsers is the ACL file of a single-server run: the harness as the
+// default user; UserChaos, allowed everything until the harness revokes
+// part of it; UserPoller, never allowed pub/sub, so its Lockers poll.
+var aclUsers = strings.Join([]string{
+	"user default on nopass ~* &* +@all",
+	"user " + UserChaos + " on >" + aclPassword + " ~* &* +@all",
+	"user " + UserPoller + " on >" + aclPassword + " ~* resetchannels +@all -@pubsub",
+}, "\n") + "\n"
+
+// redisBinary finds redis-server as every launcher of the project does.
+func redisBinary() (string, error) { return redisproc.Binary() }
+
+// startBackend starts the servers of a run in dir, with its persistence
+// (appendonly yes, appendfsync always, so that a restart loses no
+// acknowledged write: the README's assumption), and the proxies in front
+// of them.
+func startBackend(dir string, cfg Config) (*backend, error) {
 	bin, err := redisBinary()
 	if err != nil {
 		return nil, err
 	}
-	s := &redisServer{bin: bin, dir: dir, persistent: persistent}
-	for range 5 { // a free port can be taken by someone else before we bind it
-		if s.port, err = freePort(); err != nil {
-			continue
-		}
-		if err = s.launch(); err == nil {
-			return s, nil
-		}
-	}
-	return nil, fmt.Errorf("chaos: cannot start redis-server: %w", err)
-}
-
-func (s *redisServer) addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port)) }
-
-// restart kills the server with SIGKILL, as a crash would, and starts it
-// again on the same port and data directory. It returns when the server
-// answers again, and the interval it was down.
-func (s *redisServer) restart() (Interval, error) {
-	down := Interval{From: time.Now()}
-	s.kill()
-	var err error
-	for range 100 { // the port may linger briefly after the kill
-		if err = s.launch(); err == nil {
-			down.To = time.Now()
-			return down, nil
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	return down, fmt.Errorf("chaos: cannot restart redis-server on %s: %w", s.addr(), err)
-}
-
-func (s *redisServer) kill() {
-	if s.cmd == nil {
-		return
-	}
-	_ = s.cmd.Process.Kill()
-	<-s.exit
-	s.cmd = nil
-}
-
-func (s *redisServer) launch() error {
+	b := &backend{cluster: cfg.Mode == ModeCluster}
 	appendonly := "no"
-	if s.persistent {
+	if cfg.Persistence {
 		appendonly = "yes"
 	}
-	cmd := exec.Command(s.bin,
-		"--port", strconv.Itoa(s.port),
-		"--bind", "127.0.0.1",
-		"--save", "",
-		"--appendonly", appendonly,
-		"--appendfsync", "always",
-		"--maxmemory-policy", "noeviction",
-		"--dir", s.dir,
-		"--logfile", filepath.Join(s.dir, "redis.log"),
-	)
-	if err := cmd.Start(); err != nil {
-		return err
+	args := []string{"--appendonly", appendonly, "--appendfsync", "always", "--maxmemory-policy", "noeviction"}
+	count := 1
+	if b.cluster {
+		count = clusterMasters
+		args = append(args, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "5000")
 	}
-	exit := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(exit) }()
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
-		select {
-		case <-exit:
-			return fmt.Errorf("redis-server exited at start: %s", s.logTail())
-		default:
+	for i := range count {
+		nodeDir := filepath.Join(dir, "redis"+strconv.Itoa(i))
+		if err := os.Mkdir(nodeDir, 0o700); err != nil {
+			b.close()
+			return nil, err
 		}
-		if ping(s.addr()) == nil { // answers PONG only once the append-only file is loaded
-			s.cmd, s.exit = cmd, exit
+		nodeArgs := args
+		if !b.cluster {
+			acl := filepath.Join(nodeDir, "users.acl")
+			if err := os.WriteFile(acl, []byte(aclUsers), 0o600); err != nil {
+				b.close()
+				return nil, err
+			}
+			nodeArgs = append(nodeArgs, "--aclfile", acl)
+		}
+		node, err := redisproc.Start(redisproc.Config{Bin: bin, Dir: nodeDir, ClusterBus: b.cluster, Args: nodeArgs})
+		if err != nil {
+			b.close()
+			return nil, err
+		}
+		b.nodes = append(b.nodes, node)
+		network := cfg.Network
+		network.Seed = cfg.Seed + uint64(i)
+		proxy, err := faultproxy.New(node.Addr(), network)
+		if err != nil {
+			b.close()
+			return nil, err
+		}
+		b.proxies = append(b.proxies, proxy)
+	}
+	if b.cluster {
+		if err := b.formCluster(); err != nil {
+			b.close()
+			return nil, err
+		}
+	}
+	return b, nil
+}
+
+// formCluster splits the slots between the nodes in equal ranges, gives
+// each a distinct config epoch, introduces them to the first and waits
+// until every node sees a healthy cluster of all of them.
+func (b *backend) formCluster() error {
+	const slots = 16384
+	for i, n := range b.nodes {
+		first, last := i*slots/len(b.nodes), (i+1)*slots/len(b.nodes)-1
+		if err := command(n.Addr(), "cluster", "addslotsrange", first, last); err != nil {
+			return err
+		}
+		if err := command(n.Addr(), "cluster", "set-config-epoch", i+1); err != nil {
+			return err
+		}
+	}
+	for _, n := range b.nodes[1:] {
+		if err := command(b.nodes[0].Addr(), "cluster", "meet", "127.0.0.1", n.Port()); err != nil {
+			return err
+		}
+	}
+	return b.awaitCluster(15 * time.Second)
+}
+
+// awaitCluster waits until every node reports cluster_state:ok and knows
+// every other node.
+func (b *backend) awaitCluster(limit time.Duration) error {
+	want := []string{"cluster_state:ok", "cluster_known_nodes:" + strconv.Itoa(len(b.nodes))}
+	deadline := time.Now().Add(limit)
+	for {
+		missing := ""
+		for _, n := range b.nodes {
+			info, err := reply(n.Addr(), "cluster", "info")
+			for _, w := range want {
+				if err == nil && !strings.Contains(info, w) {
+					missing = n.Addr() + " has no " + w
+				}
+			}
+			if err != nil {
+				missing = err.Error()
+			}
+		}
+		if missing == "" {
 			return nil
 		}
-		time.Sleep(5 * time.Millisecond)
+		if time.Now().After(deadline) {
+			return fmt.Errorf("chaos: the cluster is not ok within %v: %s", limit, missing)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
-	_ = cmd.Process.Kill()
-	<-exit
-	return fmt.Errorf("redis-server did not answer PING on %s within 10s: %s", s.addr(), s.logTail())
 }
 
-func (s *redisServer) logTail() string {
-	data, _ := os.ReadFile(filepath.Join(s.dir, "redis.log"))
-	lines := strings.Split(strings.TrimSpace(string(data)), "\n")
-	return strings.Join(lines[max(0, len(lines)-3):], " | ")
+// clientAddrs is what a client dials: the proxy, or for a Cluster each
+// node with its proxy as "node>proxy".
+func (b *backend) clientAddrs() []string {
+	if !b.cluster {
+		return []string{b.proxies[0].Addr()}
+	}
+	out := make([]string, len(b.nodes))
+	for i, n := range b.nodes {
+		out[i] = n.Addr() + ">" + b.proxies[i].Addr()
+	}
+	return out
 }
 
-// ping speaks just enough RESP to learn whether the server is serving.
-func ping(addr string) error {
-	conn, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
-	if err != nil {
-		return err
+// cutPair splits "node>proxy".
+func cutPair(pair string) (node, proxy string, ok bool) { return strings.Cut(pair, ">") }
+
+// restart kills one node (drawn from rng) with SIGKILL, as a crash would,
+// and starts it again on the same port and data directory. It returns
+// once the node answers again (for a Cluster, once the cluster is healthy
+// again) and the interval it was down.
+func (b *backend) restart(rng *rand.Rand) (Interval, error) {
+	node := b.nodes[rng.IntN(len(b.nodes))]
+	down := Interval{From: time.Now()}
+	err := node.Restart()
+	if err == nil && b.cluster {
+		err = b.awaitCluster(15 * time.Second)
 	}
-	defer conn.Close()
-	_ = conn.SetDeadline(time.Now().Add(500 * time.Millisecond))
-	if _, err := conn.Write([]byte("PING\r\n")); err != nil {
-		return err
-	}
-	line, err := bufio.NewReader(conn).ReadString('\n')
-	if err != nil {
-		return err
-	}
-	if !strings.HasPrefix(line, "+PONG") {
-		return fmt.Errorf("unexpected reply %q", strings.TrimSpace(line))
-	}
-	return nil
+	down.To = time.Now()
+	return down, err
 }
 
-func freePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
+// everyNode sends a command to every node directly, ignoring errors: a
+// node may be restarting.
+func (b *backend) everyNode(args ...any) {
+	for _, n := range b.nodes {
+		_ = command(n.Addr(), args...)
 	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
+}
+
+// setNetworkFaults replaces every proxy's random faults.
+func (b *backend) setNetworkFaults(f faultproxy.Faults) {
+	for i, p := range b.proxies {
+		f.Seed += uint64(i)
+		_ = p.SetFaults(f)
+	}
+}
+
+// loseRepliesTo sets every proxy's argument rule.
+func (b *backend) loseRepliesTo(rule func(args []string) bool) {
+	for _, p := range b.proxies {
+		p.LoseRepliesTo(rule)
+	}
+}
+
+// stats adds up the proxies' counts.
+func (b *backend) stats() faultproxy.Stats {
+	var s faultproxy.Stats
+	for _, p := range b.proxies {
+		ps := p.Stats()
+		s.Delayed, s.Lost, s.Cut = s.Delayed+ps.Delayed, s.Lost+ps.Lost, s.Cut+ps.Cut
+	}
+	return s
+}
+
+// close stops the proxies and kills the servers; again, it does nothing.
+func (b *backend) close() {
+	for _, p := range b.proxies {
+		p.Close()
+	}
+	for _, n := range b.nodes {
+		n.Kill()
+	}
+	b.proxies, b.nodes = nil, nil
+}
+
+// command sends one command to one server directly and returns its error.
+func command(addr string, args ...any) error {
+	_, err := reply(addr, args...)
+	return err
+}
+
+// reply sends one command to one server directly and returns its reply as
+// text.
+func reply(addr string, args ...any) (string, error) {
+	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: time.Second, ReadTimeout: 5 * time.Second})
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	v, err := c.Do(ctx, args...).Result()
+	if err != nil {
+		return "", fmt.Errorf("chaos: %s: %v: %w", addr, args, err)
+	}
+	return fmt.Sprint(v), nil
 }

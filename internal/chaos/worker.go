@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -21,58 +23,157 @@ import (
 // goroutine clients and passes it as flags to client processes.
 type WorkerConfig struct {
 	Name     string   // the client incarnation, e.g. "p1.2"
-	Redis    string   // host:port of the fault proxy in front of redis-server
+	Redis    []string // host:port of the fault proxy in front of redis-server; on a Cluster, "node>proxy" for each node
+	Cluster  bool     // Redis lists Cluster nodes: connect with a Cluster client, dialling each node through its proxy
+	Password string   // of Locker.User, when it is set
 	Resource string   // the unix socket of the harness's resource
 	Keys     []string // the lock keys it picks from at random
 	Seed     uint64   // the run's seed; the worker's choices draw from its own stream of it
 	Offset   time.Duration
 
+	Locker                 LockerConfig
+	Loops                  int // acquisition loops sharing the Locker
 	TTL, Margin            time.Duration
 	MinBackoff, MaxBackoff time.Duration
 	ReadTimeout            time.Duration // go-redis read and write timeouts: how long a lost reply stalls a command
 	MaxRetries             int           // go-redis retries of a command after a network error (-1: none)
-	LongHoldRate           float64       // share of critical sections that work until the very end of the lease
-	NoScripts              bool          // WithoutScripts: only the classic commands
+	LongHoldRate           float64       // share of critical sections that work until the very end of the lease (or 1–3 TTLs with auto-refresh)
+
+	CancelRate        float64       // per Acquire: its context ends at a random moment within two leases
+	HandoffCancelRate float64       // per release of a key announced by the harness: cancel an Acquire waiting on it within 3ms
+	CloseEvery        time.Duration // mean time between Locker.Close calls while an Acquire waits (0: never)
 }
 
 // errCrashed is RunWorker's error when the harness told it to crash.
 var errCrashed = errors.New("chaos: told to crash")
 
-// RunWorker locks keys until ctx ends or the harness hangs up: acquire,
-// report, write to the resource under the lock's fencing token, release,
-// report. It returns errCrashed, holding its last lock and never releasing
-// it, when the harness tells it to crash.
-func RunWorker(ctx context.Context, cfg WorkerConfig) error {
-	res, err := dialResource(cfg.Resource, cfg.Name)
-	if err != nil {
-		return fmt.Errorf("chaos: %s: resource: %w", cfg.Name, err)
-	}
-	defer res.close()
-	// A crash closes our connections: a real crash would not leave them
-	// to the server's timeout either.
-	client := redis.NewClient(&redis.Options{
-		Addr: cfg.Redis, PoolSize: 2, MaxRetries: cfg.MaxRetries,
-		DialTimeout: 2 * cfg.ReadTimeout, ReadTimeout: cfg.ReadTimeout, WriteTimeout: cfg.ReadTimeout,
-	})
+// RunWorker locks keys until ctx ends or the harness hangs up, in
+// cfg.Loops loops sharing one Locker: acquire, report, run the critical
+// section under checks of the lease, release, report. It returns
+// errCrashed, holding its locks and never releasing them, when the harness
+// tells one loop to crash.
+func RunWorker(parent context.Context, cfg WorkerConfig) error {
+	client := newRedisClient(cfg)
 	defer client.Close()
-	sent := &sentHook{}
-	client.AddHook(sent)
+	client.AddHook(traceHook{})
 	clock := SkewedClock{Offset: cfg.Offset}
-	opts := []setnxlock.Option{
-		setnxlock.WithTTL(cfg.TTL), setnxlock.WithClock(clock), setnxlock.WithFencing(),
+	opts := append([]setnxlock.Option{
+		setnxlock.WithTTL(cfg.TTL), setnxlock.WithClock(clock),
 		setnxlock.WithSkewMargin(cfg.Margin), setnxlock.WithBackoff(cfg.MinBackoff, cfg.MaxBackoff),
-	}
-	if cfg.NoScripts {
-		opts = append(opts, setnxlock.WithoutScripts())
-	}
+	}, cfg.Locker.Options()...)
 	locker, err := setnxlock.New(client, opts...)
 	if err != nil {
 		return err
 	}
-	w := &worker{cfg: cfg, res: res, locker: locker, clock: clock, sent: sent, rng: streamFor(cfg.Seed, "worker/"+cfg.Name)}
+	defer locker.Close()
+
+	ctx, cancel := context.WithCancelCause(parent)
+	defer cancel(nil)
+	ev, err := dialEvents(cfg.Resource, cfg.Name)
+	if err != nil {
+		return fmt.Errorf("chaos: %s: events: %w", cfg.Name, err)
+	}
+	defer ev.close()
+	waits := &waiting{byKey: map[string]map[*pendingAcquire]struct{}{}}
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		ev.cancelOnRelease(waits, cfg.HandoffCancelRate, streamFor(cfg.Seed, "handoff-cancels/"+cfg.Name))
+	}()
+	if cfg.CloseEvery > 0 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			closeWhileWaiting(ctx, locker, waits, ev, cfg.CloseEvery, streamFor(cfg.Seed, "closes/"+cfg.Name))
+		}()
+	}
+	errs := make(chan error, cfg.Loops)
+	for loop := range cfg.Loops {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			err := runLoop(ctx, cfg, fmt.Sprintf("%s/%d", cfg.Name, loop), locker, clock, waits, ev)
+			if err != nil {
+				cancel(err) // one loop crashing or hung up on ends the client
+			}
+			errs <- err
+		}()
+	}
+	var first error
+	for range cfg.Loops {
+		if err := <-errs; err != nil && first == nil { // bounded: every loop sends once
+			first = err
+		}
+	}
+	ev.close() // ends cancelOnRelease
+	cancel(nil)
+	wg.Wait()
+	if parent.Err() != nil {
+		return nil
+	}
+	return first
+}
+
+// newRedisClient connects to the proxy in front of the server, or to the
+// Cluster's nodes through theirs.
+func newRedisClient(cfg WorkerConfig) redis.UniversalClient {
+	user, password := cfg.Locker.User, ""
+	if user != "" {
+		password = cfg.Password
+	}
+	if !cfg.Cluster {
+		return redis.NewClient(&redis.Options{
+			Addr: cfg.Redis[0], Username: user, Password: password, PoolSize: 2 + cfg.Loops, MaxRetries: cfg.MaxRetries,
+			DialTimeout: 2 * cfg.ReadTimeout, ReadTimeout: cfg.ReadTimeout, WriteTimeout: cfg.ReadTimeout,
+		})
+	}
+	proxyOf := map[string]string{}
+	var nodes []string
+	for _, pair := range cfg.Redis {
+		node, proxy, _ := cutPair(pair)
+		proxyOf[node] = proxy
+		nodes = append(nodes, node)
+	}
+	var dialer net.Dialer
+	return redis.NewClusterClient(&redis.ClusterOptions{
+		Addrs: nodes, Username: user, Password: password, PoolSize: 2 + cfg.Loops, MaxRetries: cfg.MaxRetries,
+		DialTimeout: 2 * cfg.ReadTimeout, ReadTimeout: cfg.ReadTimeout, WriteTimeout: cfg.ReadTimeout,
+		Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			if proxy, ok := proxyOf[addr]; ok {
+				addr = proxy // every node's traffic goes through its fault proxy
+			}
+			return dialer.DialContext(ctx, network, addr)
+		},
+	})
+}
+
+// loop is one acquisition loop's state.
+type loop struct {
+	cfg    WorkerConfig
+	name   string
+	res    *resourceConn
+	locker *setnxlock.Locker
+	clock  SkewedClock
+	waits  *waiting
+	ev     *eventConn
+	rng    *rand.Rand
+	seq    int64
+}
+
+// runLoop runs one loop until ctx ends, the harness hangs up, or the
+// harness tells it to crash.
+func runLoop(ctx context.Context, cfg WorkerConfig, name string, locker *setnxlock.Locker, clock SkewedClock, waits *waiting, ev *eventConn) error {
+	res, err := dialResource(cfg.Resource, name)
+	if err != nil {
+		return fmt.Errorf("chaos: %s: resource: %w", name, err)
+	}
+	defer res.close()
+	l := &loop{cfg: cfg, name: name, res: res, locker: locker, clock: clock, waits: waits, ev: ev,
+		rng: streamFor(cfg.Seed, "worker/"+name)}
 	for ctx.Err() == nil {
-		if err := w.once(ctx); err != nil {
-			if ctx.Err() != nil {
+		if err := l.once(ctx); err != nil {
+			if ctx.Err() != nil && !errors.Is(err, errCrashed) {
 				return nil
 			}
 			return err
@@ -81,127 +182,272 @@ func RunWorker(ctx context.Context, cfg WorkerConfig) error {
 	return nil
 }
 
-// worker is RunWorker's state.
-type worker struct {
-	cfg    WorkerConfig
-	res    *resourceConn
-	locker *setnxlock.Locker
-	clock  SkewedClock
-	sent   *sentHook
-	rng    interface {
-		IntN(int) int
-		Float64() float64
-	}
-	seq int64
-}
-
 // once is one acquisition and its critical section. It returns an error
-// only when the worker must stop.
-func (w *worker) once(ctx context.Context) error {
-	key := w.cfg.Keys[w.rng.IntN(len(w.cfg.Keys))]
-	long := w.rng.Float64() < w.cfg.LongHoldRate
-	writes := 1 + w.rng.IntN(3)
+// only when the loop must stop.
+func (l *loop) once(ctx context.Context) error {
+	key := l.cfg.Keys[l.rng.IntN(len(l.cfg.Keys))]
+	long := l.rng.Float64() < l.cfg.LongHoldRate
+	writes := 1 + l.rng.IntN(3)
+	hold := time.Duration((1 + 2*l.rng.Float64()) * float64(l.cfg.TTL)) // a long hold with auto-refresh
+	cancelAt := time.Duration(-1)
+	if x, at := l.rng.Float64(), l.rng.Float64(); x < l.cfg.CancelRate {
+		cancelAt = time.Duration(at * float64(2*l.cfg.TTL))
+	}
 
-	actx, cancel := context.WithTimeout(ctx, 20*w.cfg.TTL)
-	lock, err := w.locker.Acquire(actx, key)
-	cancel()
+	l.seq++
+	seq := strconv.FormatInt(l.seq, 10)
+	if _, err := l.res.call("call", seq, key, nanos(time.Now())); err != nil {
+		return err
+	}
+	lock, trace, err := l.acquire(ctx, key, cancelAt)
+	doubt := trace.doubt.Load()
 	if err != nil {
+		// On record even when the client is ending (a sibling loop told to
+		// crash): a write in doubt may still hold the key.
+		if _, err := l.res.call("fail", seq, key, nanos(time.Now()), strconv.FormatBool(doubt), oneLine(err)); err != nil {
+			return err
+		}
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		_, err := w.res.call("fail", oneLine(err))
-		return err
+		// A service whose Acquire failed (OOM, say) tries again a little later.
+		return sleep(ctx, time.Duration(l.rng.Float64()*float64(l.cfg.MaxBackoff)))
 	}
 	granted := time.Now()
-	w.seq++
-	seq := strconv.FormatInt(w.seq, 10)
 	token := strconv.FormatInt(lock.FencingToken(), 10)
-	leaseEnd := lock.ExpiresAt().Add(-w.cfg.Offset) // our clock's instant back on the wall clock
-	if _, err := w.res.call("acq", seq, key, token, nanos(w.sent.at(granted)), nanos(granted), nanos(leaseEnd)); err != nil {
+	if _, err := l.res.call("acq", seq, key, token, nanos(trace.sentAt(granted)), nanos(granted), l.wall(lock.ExpiresAt()), strconv.FormatBool(doubt),
+		strconv.FormatInt(lock.ExpiresAt().UnixMilli(), 10)); err != nil {
 		return err
 	}
 
-	// The critical section: writes to the resource, each only while the
-	// lease is live by our own clock, as the README asks of a holder. A
-	// write still in flight when the lease ends is what fencing is for.
-	for i := 0; long || i < writes; i++ {
-		if !w.clock.Now().Before(lock.ExpiresAt()) {
+	// The critical section: each write to the resource only after a check
+	// that the lease is live by our own clock, as the README asks of a
+	// holder, and a last check on the way out. A write still in flight
+	// when the lease ends is what fencing is for.
+	for i := 0; ; i++ {
+		now, ends := l.clock.Now(), lock.ExpiresAt()
+		live := now.Before(ends)
+		more := i < writes || (long && (!l.cfg.Locker.AutoRefresh || time.Since(granted) < hold))
+		if !live || !more {
+			// On record before the release is sent, so before anyone else
+			// can be granted the key: a run that stops mid-release cannot
+			// lose it.
+			if _, err := l.res.call("done", seq, l.wall(now), strconv.FormatBool(live), l.wall(ends)); err != nil {
+				return err
+			}
 			break
 		}
-		reply, err := w.res.call("op", seq, key, token)
-		if err != nil {
+		reply, err := l.res.call("op", seq, key, token, l.wall(now), l.wall(ends))
+		switch {
+		case err != nil:
 			return err
-		}
-		if reply == replyCrash {
+		case reply == replyCrash:
 			return errCrashed // the lock is never released
-		}
-		if reply == replyStale {
-			break // fenced out: a later holder has written
-		}
-		if long {
-			time.Sleep(w.cfg.TTL / 8)
+		case reply == replyStale:
+			writes = i // fenced out: a later holder has written; leave after the next check
+			long = false
+		case long:
+			time.Sleep(l.cfg.TTL / 8)
 		}
 	}
-
-	// On record before the release is sent, so before anyone else can be
-	// granted the key: a run that stops mid-release cannot lose it.
-	if _, err := w.res.call("done", seq, nanos(time.Now())); err != nil {
-		return err
-	}
-	_, err = w.res.call("rel", seq, w.release(ctx, lock))
+	outcome := l.release(ctx, lock)
+	_, err = l.res.call("rel", seq, outcome, nanos(time.Now()))
 	return err
+}
+
+// wall turns an instant of our clock into a wall-clock instant, as
+// protocol nanoseconds.
+func (l *loop) wall(t time.Time) string { return nanos(t.Add(-l.cfg.Offset)) }
+
+// acquire calls Acquire with a context that ends after 20 leases, or at
+// cancelAt when that is not negative, or when the harness's announcement
+// of a release of key makes cancelOnRelease end it. The trace says what
+// the call sent.
+func (l *loop) acquire(ctx context.Context, key string, cancelAt time.Duration) (*setnxlock.Lock, *callTrace, error) {
+	limit := 20 * l.cfg.TTL
+	if cancelAt >= 0 {
+		limit = cancelAt
+		l.ev.fault(FaultCancel)
+	}
+	actx, cancel := context.WithTimeout(ctx, limit)
+	defer cancel()
+	trace := &callTrace{}
+	actx = context.WithValue(actx, callKey{}, trace)
+	p := &pendingAcquire{cancel: cancel}
+	l.waits.add(key, p)
+	lock, err := l.locker.Acquire(actx, key)
+	l.waits.remove(key, p)
+	return lock, trace, err
 }
 
 // release releases the lock, trying again after network errors as the
 // README allows, and names the outcome for the report.
-func (w *worker) release(ctx context.Context, lock *setnxlock.Lock) string {
-	var err error
+func (l *loop) release(ctx context.Context, lock *setnxlock.Lock) string {
 	for range 3 {
-		rctx, cancel := context.WithTimeout(ctx, 5*w.cfg.ReadTimeout)
-		err = lock.Release(rctx)
+		rctx, cancel := context.WithTimeout(ctx, 5*l.cfg.ReadTimeout)
+		err := lock.Release(rctx)
 		cancel()
 		switch {
 		case err == nil:
-			return "released"
+			return OutcomeReleased
 		case errors.Is(err, setnxlock.ErrNotHeld):
-			return "not-held"
+			return OutcomeNotHeld
 		}
 	}
-	return "error"
+	return OutcomeError
 }
 
-// sentHook remembers when the client last sent a command that can win a
-// lock: a pipeline or transaction (the fenced SETNX, the watched
-// takeover), a script (the one-round-trip path), or a bare SETNX. Read
-// right after Acquire returns, it is when the winning command was sent: a
-// lower bound of the instant the lock was won, which the token-order check
-// needs. The PEXPIRE that follows a win is not counted, since it is sent
-// after it.
-type sentHook struct{ last atomic.Int64 }
+// waiting is a client's Acquire calls in progress, by key, for the faults
+// that end them.
+type waiting struct {
+	mu    sync.Mutex
+	byKey map[string]map[*pendingAcquire]struct{}
+	n     int
+}
 
-func (h *sentHook) at(fallback time.Time) time.Time {
-	if n := h.last.Load(); n != 0 {
+// pendingAcquire is one Acquire in progress.
+type pendingAcquire struct{ cancel context.CancelFunc }
+
+func (w *waiting) add(key string, p *pendingAcquire) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.byKey[key] == nil {
+		w.byKey[key] = map[*pendingAcquire]struct{}{}
+	}
+	w.byKey[key][p] = struct{}{}
+	w.n++
+}
+
+func (w *waiting) remove(key string, p *pendingAcquire) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	delete(w.byKey[key], p)
+	w.n--
+}
+
+// on returns the Acquire calls waiting on key now.
+func (w *waiting) on(key string) []*pendingAcquire {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := make([]*pendingAcquire, 0, len(w.byKey[key]))
+	for p := range w.byKey[key] {
+		out = append(out, p)
+	}
+	return out
+}
+
+func (w *waiting) any() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.n > 0
+}
+
+// closeWhileWaiting calls Locker.Close at random moments while one of the
+// client's Acquire calls waits: the Locker must stay usable, and its
+// waiters must still be served.
+func closeWhileWaiting(ctx context.Context, locker *setnxlock.Locker, waits *waiting, ev *eventConn, every time.Duration, rng *rand.Rand) {
+	for {
+		if sleep(ctx, time.Duration(rng.ExpFloat64()*float64(every))) != nil {
+			return
+		}
+		if waits.any() {
+			_ = locker.Close()
+			ev.fault(FaultClose)
+		}
+	}
+}
+
+// sleep waits for d or until ctx ends.
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// callKey is the context key of an Acquire call's trace.
+type callKey struct{}
+
+// callTrace is what the client hook learns about one Acquire call from
+// the commands sent under its context.
+type callTrace struct {
+	sent  atomic.Int64 // when it last sent a command that can win a lock (Unix ns)
+	doubt atomic.Bool  // a command that can write the key failed without a reply
+}
+
+// sentAt is when the call last sent a command that can win a lock, or
+// fallback if it sent none.
+func (t *callTrace) sentAt(fallback time.Time) time.Time {
+	if n := t.sent.Load(); n != 0 && n <= fallback.UnixNano() {
 		return time.Unix(0, n)
 	}
 	return fallback
 }
 
-// DialHook, ProcessHook and ProcessPipelineHook make sentHook a
+// inDoubt reports whether a command or transaction that failed with err
+// may have been applied all the same: it got no reply at all, as opposed
+// to an error reply or a nil.
+func inDoubt(err error) bool {
+	if err == nil || errors.Is(err, redis.Nil) {
+		return false
+	}
+	var reply redis.Error
+	return !errors.As(err, &reply)
+}
+
+// readOnly lists the commands an attempt sends that never write its key.
+var readOnly = map[string]bool{"get": true, "ping": true, "hello": true, "auth": true, "client": true, "subscribe": true, "cluster": true, "command": true}
+
+// traceHook fills the trace (callKey) of the Acquire call whose context a
+// command carries: when it sent a command that can win a lock — a
+// pipeline or transaction (the fenced SETNX, the watched takeover), a
+// script (the one-round-trip path), or a bare SETNX — and whether one of
+// its writes failed without a reply. Read when Acquire returns, the first
+// is when the winning command was sent: a lower bound of the instant the
+// lock was won, which the token-order check needs. The PEXPIRE that
+// follows a win is not counted, since it is sent after it. A command sent
+// under a context that has already ended is never sent, so never in
+// doubt.
+type traceHook struct{}
+
+// DialHook, ProcessHook and ProcessPipelineHook make traceHook a
 // redis.Hook.
-func (h *sentHook) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (h *sentHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+func (traceHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (traceHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
+		trace, _ := ctx.Value(callKey{}).(*callTrace)
+		if trace == nil {
+			return next(ctx, cmd)
+		}
 		switch cmd.Name() {
 		case "eval", "evalsha", "setnx": // the commands that can win a lock on their own
-			h.last.Store(time.Now().UnixNano())
+			trace.sent.Store(time.Now().UnixNano())
 		}
-		return next(ctx, cmd)
+		sent := ctx.Err() == nil
+		err := next(ctx, cmd)
+		if sent && !readOnly[cmd.Name()] && inDoubt(err) {
+			trace.doubt.Store(true)
+		}
+		return err
 	}
 }
-func (h *sentHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+func (traceHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
-		h.last.Store(time.Now().UnixNano())
-		return next(ctx, cmds)
+		trace, _ := ctx.Value(callKey{}).(*callTrace)
+		if trace == nil {
+			return next(ctx, cmds)
+		}
+		trace.sent.Store(time.Now().UnixNano())
+		sent := ctx.Err() == nil
+		err := next(ctx, cmds)
+		if sent && inDoubt(err) {
+			trace.doubt.Store(true)
+		}
+		return err
 	}
 }
 

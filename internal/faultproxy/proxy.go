@@ -35,6 +35,7 @@ type Proxy struct {
 	mu     sync.Mutex
 	seen   map[string]int // requests forwarded, by lower-case command name
 	lose   func(command string, nth int) bool
+	loseTo func(args []string) bool
 	faults Faults
 	stats  Stats
 	nconn  uint64                // connections accepted so far, numbering each one's fault draws
@@ -82,6 +83,18 @@ func (p *Proxy) LoseReplies(rule func(command string, nth int) bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.lose = rule
+}
+
+// LoseRepliesTo sets a second fault rule, which sees every argument of a
+// request (the command name first, as sent): when it returns true the
+// request is forwarded and applied, and nothing more the server sends on
+// that connection reaches the client, as with LoseReplies. It is called
+// with the proxy's lock held, one request at a time, so it may keep state
+// of its own without locking. A nil rule loses nothing.
+func (p *Proxy) LoseRepliesTo(rule func(args []string) bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.loseTo = rule
 }
 
 // Count returns how many requests of a command the proxy has forwarded.
@@ -169,13 +182,18 @@ type conn struct {
 func (p *Proxy) forwardRequests(c *conn) {
 	in := bufio.NewReader(c.client)
 	for {
-		raw, command, err := readRequest(in)
+		raw, args, err := readRequest(in)
 		if err != nil {
 			return
 		}
+		command := strings.ToLower(args[0])
 		p.mu.Lock()
 		p.seen[command]++
 		lose := p.lose != nil && p.lose(command, p.seen[command])
+		if p.loseTo != nil && p.loseTo(args) {
+			lose = true
+			p.stats.Lost++
+		}
 		f := p.faults.draw(c.rng)
 		lose = lose || f.lose
 		p.stats.add(f)
@@ -221,39 +239,40 @@ func forwardReplies(server, client net.Conn, swallow <-chan struct{}) {
 	}
 }
 
-// readRequest reads one RESP request, an array of bulk strings, and returns
-// its bytes and its lower-case command name.
-func readRequest(in *bufio.Reader) ([]byte, string, error) {
+// readRequest reads one RESP request, a non-empty array of bulk strings,
+// and returns its bytes and its arguments, the command name first.
+func readRequest(in *bufio.Reader) ([]byte, []string, error) {
 	header, err := in.ReadString('\n')
 	if err != nil {
-		return nil, "", err
+		return nil, nil, err
 	}
 	if !strings.HasPrefix(header, "*") {
-		return nil, "", fmt.Errorf("faultproxy: not a RESP array: %q", header)
+		return nil, nil, fmt.Errorf("faultproxy: not a RESP array: %q", header)
 	}
 	count, err := strconv.Atoi(strings.TrimSpace(header[1:]))
 	if err != nil {
-		return nil, "", err
+		return nil, nil, err
+	}
+	if count < 1 {
+		return nil, nil, fmt.Errorf("faultproxy: empty request")
 	}
 	raw := []byte(header)
-	command := ""
-	for i := range count {
+	args := make([]string, 0, count)
+	for range count {
 		sizeLine, err := in.ReadString('\n')
 		if err != nil {
-			return nil, "", err
+			return nil, nil, err
 		}
 		size, err := strconv.Atoi(strings.TrimSpace(strings.TrimPrefix(sizeLine, "$")))
 		if err != nil {
-			return nil, "", err
+			return nil, nil, err
 		}
 		body := make([]byte, size+2) // the bytes and their CRLF
 		if _, err := io.ReadFull(in, body); err != nil {
-			return nil, "", err
+			return nil, nil, err
 		}
 		raw = append(append(raw, sizeLine...), body...)
-		if i == 0 {
-			command = strings.ToLower(string(body[:size]))
-		}
+		args = append(args, string(body[:size]))
 	}
-	return raw, command, nil
+	return raw, args, nil
 }

@@ -37,3 +37,22 @@ func TestALostReplyIsAppliedButNeverSeen(t *testing.T) {
 	require.NoError(t, client.Set(ctx, "after", "1", 0).Err(), "a new connection works again")
 	assert.Equal(t, 3, p.Count("SET"))
 }
+
+func TestARuleOnArgumentsLosesOnlyTheRepliesItPicks(t *testing.T) {
+	ctx := context.Background()
+	server := miniredis.RunT(t)
+	p := Start(t, server.Addr())
+	client := redis.NewClient(&redis.Options{Addr: p.Addr(), MaxRetries: -1, ReadTimeout: 100 * time.Millisecond})
+	t.Cleanup(func() { _ = client.Close() })
+
+	p.LoseRepliesTo(func(args []string) bool { return len(args) == 3 && args[1] == "queued" })
+	require.NoError(t, client.Set(ctx, "other", "1", 0).Err(), "another key: the reply arrives")
+	require.Error(t, client.Set(ctx, "queued", "1", 0).Err(), "the picked request's reply is lost")
+	v, err := server.Get("queued")
+	require.NoError(t, err)
+	assert.Equal(t, "1", v, "the server applied the command")
+	assert.Equal(t, 1, p.Stats().Lost)
+
+	p.LoseRepliesTo(nil)
+	require.NoError(t, client.Set(ctx, "queued", "2", 0).Err(), "no rule: replies arrive again")
+}

@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/setnxlock/setnxlock/internal/redisproc"
 	"time"
 )
 
@@ -57,45 +59,11 @@ func StartCluster(tb testing.TB, masters int) *Cluster {
 // directory, so a Restart brings the node back with its slots.
 func startClusterNode(tb testing.TB, bin string) *Server {
 	tb.Helper()
-	s := &Server{tb: tb, bin: bin, dir: tb.TempDir(), args: []string{
+	return start(tb, redisproc.Config{Bin: bin, Dir: tb.TempDir(), ClusterBus: true, Args: []string{
 		"--cluster-enabled", "yes",
 		"--cluster-config-file", "nodes.conf",
 		"--cluster-node-timeout", "5000",
-	}}
-	var lastErr error
-	for range 10 { // a free port can be taken by someone else before we bind it
-		s.port, lastErr = freeClusterPort()
-		if lastErr != nil {
-			continue
-		}
-		if lastErr = s.launch(); lastErr == nil {
-			tb.Cleanup(s.stop)
-			return s
-		}
-	}
-	tb.Fatalf("redistest: cannot start a cluster node: %v", lastErr)
-	return nil
-}
-
-// freeClusterPort returns a loopback port that is free right now, and
-// whose cluster bus port, 10000 higher, is free too.
-func freeClusterPort() (int, error) {
-	for range 50 {
-		port, err := freePort()
-		if err != nil {
-			return 0, err
-		}
-		if port+10000 > 65535 {
-			continue
-		}
-		bus, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port+10000)))
-		if err != nil {
-			continue
-		}
-		_ = bus.Close()
-		return port, nil
-	}
-	return 0, errors.New("no free port with a free cluster bus port")
+	}})
 }
 
 // create gives each node an equal range of slots and a distinct config
@@ -115,7 +83,7 @@ func (c *Cluster) create() error {
 		}
 	}
 	for _, n := range c.nodes[1:] {
-		if _, err := command(c.nodes[0].Addr(), "CLUSTER", "MEET", "127.0.0.1", strconv.Itoa(n.port)); err != nil {
+		if _, err := command(c.nodes[0].Addr(), "CLUSTER", "MEET", "127.0.0.1", strconv.Itoa(n.Port())); err != nil {
 			return fmt.Errorf("CLUSTER MEET %s: %w", n.Addr(), err)
 		}
 	}
@@ -178,7 +146,7 @@ func (c *Cluster) Nodes() []*Server { return append([]*Server(nil), c.nodes...) 
 func (c *Cluster) logTails() string {
 	tails := make([]string, len(c.nodes))
 	for i, n := range c.nodes {
-		tails[i] = n.Addr() + ": " + n.logTail()
+		tails[i] = n.Addr() + ": " + n.LogTail()
 	}
 	return strings.Join(tails, "; ")
 }

@@ -9,6 +9,8 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/setnxlock/setnxlock/internal/redisproc"
 )
 
 func TestClusterSpreadsKeysOverEveryMasterAndStopsWithItsTest(t *testing.T) {
@@ -19,7 +21,7 @@ func TestClusterSpreadsKeysOverEveryMasterAndStopsWithItsTest(t *testing.T) {
 	})
 	require.Len(t, addrs, 3)
 	for _, addr := range addrs {
-		assert.Error(t, ping(addr), "node %s outlived its test", addr)
+		assert.Error(t, redisproc.Ping(addr), "node %s outlived its test", addr)
 	}
 }
 

@@ -1,15 +1,21 @@
 // Command chaos runs the setnxlock fault-injection harness (internal/chaos)
-// and prints what it found. Its last line is
+// in each mode the library ships and prints what it found. Each mode ends
+// with one line that scripts read:
 //
-//	chaos: acquisitions=N faults=M violations=V recovered_p99=D
+//	chaos: mode=<name> acquisitions=<n> faults=<n> violations=<n> recovered_p99=<dur> longest_free_wait=<dur>
 //
-// Under the README's assumptions (the default) it exits 1 when V > 0. With
-// -break it runs with one assumption broken and exits 1 when V == 0: the
-// checker must catch the broken assumption.
+// Under the README's assumptions (the default) it exits 1 when any mode
+// shows a violation. With -break it runs with one assumption broken and
+// exits 1 when a mode shows none: the checkers must catch it. With
+// -broken it runs, after the modes, the runs of chaos.BrokenRuns (of the
+// mode asked for), each with an assumption broken, for
+// -broken-acquisitions each, and exits 1 unless each is caught by both
+// checkers (and, with fencing, by the fenced resource).
 //
-//	go run ./internal/chaos/cmd/chaos                        # make chaos
-//	go run ./internal/chaos/cmd/chaos -duration 10m -acquisitions 0   # make soak
-//	go run ./internal/chaos/cmd/chaos -break skew -acquisitions 2000
+//	go run ./cmd/chaos                                   # make chaos: every mode, then the broken runs
+//	go run ./cmd/chaos -mode default                     # make chaos MODE=default
+//	go run ./cmd/chaos -mode default -break owner-check -acquisitions 1000
+//	go run ./cmd/chaos -duration 10m -acquisitions 0     # make soak
 package main
 
 import (
@@ -19,64 +25,168 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/setnxlock/setnxlock/internal/chaos"
 )
 
 func main() {
-	cfg := chaos.DefaultConfig()
-	flag.Uint64Var(&cfg.Seed, "seed", cfg.Seed, "seed of every random decision of the run")
-	flag.IntVar(&cfg.Acquisitions, "acquisitions", cfg.Acquisitions, "stop after this many acquisitions (0: no limit)")
-	flag.DurationVar(&cfg.Duration, "duration", cfg.Duration, "stop after this long at most")
-	flag.IntVar(&cfg.Goroutines, "clients", cfg.Goroutines, "lock clients as goroutines of this process")
-	flag.IntVar(&cfg.Procs, "procs", cfg.Procs, "lock clients as OS processes (killed with SIGKILL, paused with SIGSTOP)")
-	flag.IntVar(&cfg.Keys, "keys", cfg.Keys, "lock keys")
-	flag.DurationVar(&cfg.TTL, "ttl", cfg.TTL, "lease length")
-	flag.DurationVar(&cfg.Skew, "skew", cfg.Skew, "largest disagreement between two clients' clocks")
-	flag.DurationVar(&cfg.Margin, "margin", cfg.Margin, "WithSkewMargin; the assumption is skew <= margin")
-	flag.IntVar(&cfg.RestartEvery, "restart-every", cfg.RestartEvery, "acquisitions between redis-server restarts, give or take half (0: never)")
-	breakFlag := flag.String("break", "", "break one assumption: "+strings.Join(chaos.Breaks, "|"))
+	def := chaos.DefaultConfig(chaos.ModeDefault)
+	mode := flag.String("mode", "all", "the mode to run, or all: "+strings.Join(chaos.Modes, ", "))
+	seed := flag.Uint64("seed", def.Seed, "seed of every random decision of the run")
+	acquisitions := flag.Int("acquisitions", def.Acquisitions, "stop each mode after this many acquisitions (0: no limit)")
+	duration := flag.Duration("duration", def.Duration, "stop each mode after this long at most")
+	breakFlag := flag.String("break", "", "break one assumption in every mode run: "+strings.Join(chaos.Breaks, "|"))
+	broken := flag.Bool("broken", false, "after the modes, run each with an assumption broken (chaos.BrokenRuns) and check that each is caught")
+	brokenAcquisitions := flag.Int("broken-acquisitions", 500, "acquisitions of each broken run")
 	quiet := flag.Bool("q", false, "no progress lines")
-	dump := flag.String("history", "", "write the recorded history and report as JSON to this file, to study a violation")
+	dump := flag.String("history", "", "write each mode's history and report as JSON into this directory (always for a mode with violations, into "+os.TempDir()+" when unset)")
+	recheck := flag.String("recheck", "", "check a history saved by -history again, with both checkers, and print the report")
 	flag.Parse()
-	if *breakFlag != "" {
-		if err := cfg.Break(*breakFlag); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			os.Exit(2)
-		}
+	if *recheck != "" {
+		exitIf(recheckFile(*recheck))
+		return
 	}
-	if !*quiet {
-		cfg.Log = os.Stderr
+	modes := chaos.Modes
+	if *mode != "all" {
+		modes = []string{*mode}
 	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	res, err := chaos.Run(ctx, cfg)
+	dir, err := os.MkdirTemp("", "setnxlock-chaos-clients-")
+	exitIf(err)
+	defer os.RemoveAll(dir)
+	binaries := map[string]string{}
+	binary := func(tags string) string {
+		if binaries[tags] == "" {
+			bin, err := chaos.BuildClient(dir, tags)
+			exitIf(err)
+			binaries[tags] = bin
+		}
+		return binaries[tags]
+	}
+
+	start := time.Now()
+	failed := false
+	for _, m := range modes {
+		cfg := chaos.DefaultConfig(m)
+		cfg.Seed, cfg.Acquisitions, cfg.Duration = *seed, *acquisitions, *duration
+		if *breakFlag != "" {
+			exitIf(cfg.Break(*breakFlag))
+		}
+		if !*quiet {
+			cfg.Log = os.Stderr
+		}
+		cfg.ClientBinary = binary(cfg.ClientTags)
+		res, err := chaos.Run(ctx, cfg)
+		exitIf(err)
+		violations := len(res.Report.Violations)
+		if *dump != "" || (violations > 0) != (*breakFlag != "") {
+			save(*dump, res)
+		}
+		fmt.Print(res.Details())
+		fmt.Println(res.Summary())
+		switch {
+		case *breakFlag == "" && violations > 0:
+			failed = true
+		case *breakFlag != "" && violations == 0:
+			fmt.Fprintf(os.Stderr, "chaos: mode %s: assumption %q broken but no violation found\n", m, *breakFlag)
+			failed = true
+		}
+	}
+	if *broken {
+		for _, run := range chaos.BrokenRuns {
+			if m, b := run.Mode, run.Assumption; *mode == "all" || *mode == m {
+				cfg := chaos.DefaultConfig(m)
+				cfg.Seed, cfg.Acquisitions, cfg.Duration = *seed, *brokenAcquisitions, *duration
+				exitIf(cfg.Break(b))
+				cfg.ClientBinary = binary(cfg.ClientTags)
+				res, err := chaos.Run(ctx, cfg)
+				exitIf(err)
+				caught, missing := chaos.Caught(res)
+				fmt.Printf("chaos: broken mode=%s assumption=%s acquisitions=%d caught-by=%s missed-by=%s violations=%d\n",
+					m, b, res.Report.Acquisitions, join(caught), join(missing), len(res.Report.Violations))
+				if len(missing) > 0 {
+					save(*dump, res)
+					failed = true
+				}
+			}
+		}
+	}
+	fmt.Printf("chaos: %d mode(s) in %s\n", len(modes), time.Since(start).Round(time.Second))
+	if failed {
+		os.Exit(1)
+	}
+}
+
+func join(s []string) string {
+	if len(s) == 0 {
+		return "-"
+	}
+	return strings.Join(s, ",")
+}
+
+// saved is what save writes.
+type saved struct {
+	Config    chaos.Config
+	History   chaos.History
+	Report    chaos.Report
+	Linearity chaos.Linearity
+	Final     chaos.Final
+}
+
+// recheckFile runs both checkers again on a saved history.
+func recheckFile(path string) error {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	var s saved
+	if err := json.Unmarshal(data, &s); err != nil {
+		return err
+	}
+	res := chaos.Recheck(s.Config, s.History)
+	res.Final, res.Elapsed = s.Final, s.History.End.Sub(firstGrant(s.History))
+	fmt.Print(res.Details())
+	fmt.Println(res.Summary())
+	return nil
+}
+
+func firstGrant(h chaos.History) time.Time {
+	if len(h.Acquisitions) == 0 {
+		return h.End
+	}
+	return h.Acquisitions[0].Granted
+}
+
+// save writes a run's history and report as JSON into dir (or the
+// temporary directory) and says where.
+func save(dir string, res *chaos.Result) {
+	if dir == "" {
+		dir = os.TempDir()
+	}
+	tag := ""
+	if res.Config.ClientTags != "" || res.Config.Persistence != chaos.DefaultConfig(res.Config.Mode).Persistence {
+		tag = "-broken"
+	}
+	path := filepath.Join(dir, fmt.Sprintf("chaos-%s-seed%d%s.json", res.Config.Mode, res.Config.Seed, tag))
+	data, err := json.MarshalIndent(saved{res.Config, res.History, res.Report, res.Linearity, res.Final}, "", " ")
+	if err == nil {
+		err = os.WriteFile(path, data, 0o644)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "chaos: save history:", err)
+		return
+	}
+	fmt.Fprintf(os.Stderr, "chaos: %s history written to %s\n", res.Config.Mode, path)
+}
+
+func exitIf(err error) {
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)
-	}
-	if *dump != "" {
-		data, err := json.MarshalIndent(struct {
-			History chaos.History
-			Report  chaos.Report
-		}{res.History, res.Report}, "", " ")
-		if err == nil {
-			err = os.WriteFile(*dump, data, 0o644)
-		}
-		if err != nil {
-			fmt.Fprintln(os.Stderr, err)
-		}
-	}
-	fmt.Print(res.Details())
-	fmt.Println(res.Summary())
-	violations := len(res.Report.Violations)
-	switch {
-	case *breakFlag == "" && violations > 0:
-		os.Exit(1)
-	case *breakFlag != "" && violations == 0:
-		fmt.Fprintf(os.Stderr, "chaos: assumption %q broken but no violation found\n", *breakFlag)
-		os.Exit(1)
 	}
 }

@@ -1,0 +1,45 @@
+package setnxlock
+
+import "sync/atomic"
+
+// A capability is an optional feature of the server, a proxy in front of
+// it or the ACL user, which a Locker uses while it is allowed and gives up
+// for good once it is refused. Correctness never depends on one: each only
+// saves round trips or wakes waiters sooner.
+type capability int
+
+const (
+	capScripts       capability = iota // EVALSHA/EVAL: the scripted path (scripts.go)
+	capSetNXPX                         // SET key value NX PX: SETNX and its safety net in one command
+	capPubSub                          // PUBLISH on release and SUBSCRIBE while waiting: wake-ups (wakeup.go)
+	capQueue                           // the queue of waiters and the handoff channel (queue.go, handoff.go)
+	capReleaseMarker                   // the release script's memory of its releases (releasedKey, H5)
+	capabilityCount
+)
+
+// capabilities is what a Locker may still use. Each starts allowed, unless
+// an option turns it off, and is narrowed in one function, narrow, when a
+// refusal arrives.
+type capabilities struct {
+	off          [capabilityCount]atomic.Bool
+	transactions atomic.Bool // the server accepted MULTI once (checkTransactions)
+}
+
+// allows reports whether the Locker may still use x.
+func (c *capabilities) allows(x capability) bool { return !c.off[x].Load() }
+
+// narrow switches x off for good when err is a refusal for good (refused:
+// "not allowed", "unknown command"), and reports whether it did. A refused
+// command did not run, so the caller may take the way without x at once.
+// Transient errors (MISCONF, OOM, LOADING, a lost reply) never switch
+// anything off.
+func (c *capabilities) narrow(x capability, err error) bool {
+	if !refused(err) {
+		return false
+	}
+	c.off[x].Store(true)
+	return true
+}
+
+// disable switches x off from the start, for an option that asks so.
+func (c *capabilities) disable(x capability) { c.off[x].Store(true) }

@@ -1,0 +1,121 @@
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/setnxlock/setnxlock"
+)
+
+// The liveness checks of a run's end, once every fault has stopped and
+// every client is gone: each key is acquired within a bound by a fresh
+// Locker of the mode, each key's queue of waiters drains, and the
+// harness's process has no more goroutines than before the run.
+
+// Final is what those checks found.
+type Final struct {
+	Bound      time.Duration            // for each key's acquisition, and for the queues to drain
+	Acquired   map[string]time.Duration // how long each key took to acquire
+	Slowest    time.Duration            // the longest of them
+	Drained    time.Duration            // how long until every queue was empty, after the keys were released
+	Goroutines [2]int                   // before the run, and after every Locker closed
+	Violations []Violation
+}
+
+// finalChecks acquires and releases every key, then waits for the queues
+// to drain.
+func finalChecks(cfg Config, servers *backend) Final {
+	f := Final{Bound: cfg.finalBound(), Acquired: map[string]time.Duration{}}
+	wc := WorkerConfig{Redis: servers.clientAddrs(), Cluster: servers.cluster, Password: aclPassword,
+		Locker: lockerFor(cfg.Mode, 0), Loops: 1, ReadTimeout: cfg.ReadTimeout}
+	client := newRedisClient(wc)
+	defer client.Close()
+	locker, err := setnxlock.New(client, append([]setnxlock.Option{setnxlock.WithTTL(cfg.TTL),
+		setnxlock.WithSkewMargin(cfg.Margin), setnxlock.WithBackoff(cfg.MinBackoff, cfg.MaxBackoff)}, wc.Locker.Options()...)...)
+	if err != nil {
+		f.Violations = append(f.Violations, Violation{Kind: FinalAcquire, Detail: err.Error()})
+		return f
+	}
+	defer locker.Close()
+
+	start := time.Now()
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for _, key := range keys(cfg.Keys) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), 2*f.Bound)
+			defer cancel()
+			lock, err := locker.Acquire(ctx, key)
+			took := time.Since(start)
+			mu.Lock()
+			defer mu.Unlock()
+			f.Acquired[key] = took
+			f.Slowest = max(f.Slowest, took)
+			switch {
+			case err != nil:
+				f.Violations = append(f.Violations, Violation{Kind: FinalAcquire, Key: key,
+					Detail: fmt.Sprintf("not acquired within %s after the faults stopped: %v", 2*f.Bound, err)})
+				return
+			case took > f.Bound:
+				f.Violations = append(f.Violations, Violation{Kind: FinalAcquire, Key: key,
+					Detail: fmt.Sprintf("acquired %s after the faults stopped, bound %s", took, f.Bound)})
+			}
+			rctx, rcancel := context.WithTimeout(context.Background(), f.Bound)
+			defer rcancel()
+			_ = lock.Release(rctx)
+		}()
+	}
+	wg.Wait()
+
+	released := time.Now()
+	for {
+		var full []string
+		for _, key := range keys(cfg.Keys) {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			n, err := client.ZCard(ctx, waitersKey(key)).Result()
+			cancel()
+			if err != nil || n > 0 {
+				full = append(full, fmt.Sprintf("%s: %d entries (%v)", waitersKey(key), n, err))
+			}
+		}
+		f.Drained = time.Since(released)
+		if len(full) == 0 {
+			break
+		}
+		if f.Drained > f.Bound {
+			f.Violations = append(f.Violations, Violation{Kind: QueueNotDrained,
+				Detail: fmt.Sprintf("%s after the keys were released: %s", f.Drained.Round(time.Millisecond), strings.Join(full, "; "))})
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return f
+}
+
+// waitersKey names a key's queue of waiters as the library does
+// (queue.go): the key as the hash tag, then ".waiters", a sorted set.
+func waitersKey(key string) string { return "{" + key + "}.waiters" }
+
+// goroutines compares the harness's goroutines after the run with before,
+// giving those still winding down up to bound to end.
+func (f *Final) goroutines(before int, bound time.Duration) {
+	deadline := time.Now().Add(bound)
+	after := runtime.NumGoroutine()
+	for after > before && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+		after = runtime.NumGoroutine()
+	}
+	f.Goroutines = [2]int{before, after}
+	if after > before {
+		buf := make([]byte, 1<<16)
+		buf = buf[:runtime.Stack(buf, true)]
+		f.Violations = append(f.Violations, Violation{Kind: GoroutineGrowth,
+			Detail: fmt.Sprintf("%d goroutines before the run, %d after every Locker closed; first stacks: %.2000s", before, after, buf)})
+	}
+}

@@ -1,0 +1,164 @@
+package chaos
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/setnxlock/setnxlock"
+)
+
+// A mode is one configuration of the public API that the library ships,
+// run under faults: which options each client's Locker gets, and on what
+// servers. Every mode runs the same clients, faults and checks; only what
+// cannot apply is left out (ACL revocations on a Cluster, the fenced
+// resource without fencing tokens).
+
+// The modes `make chaos` runs, in order.
+const (
+	ModeDefault     = "default"     // setnxlock.New(client): scripts, queue and handoff
+	ModeNoScripts   = "noscripts"   // WithoutScripts: the command path, wake-ups, no queue
+	ModeClassic     = "classic"     // WithClassicCommands: SETNX and PEXPIRE, no SET options
+	ModeFormats     = "formats"     // TokenFormat, UnixMillis, UnixSeconds and FloatSeconds Lockers on the same keys
+	ModeAutoRefresh = "autorefresh" // WithAutoRefresh, holders keeping locks past one TTL
+	ModeFencing     = "fencing"     // WithFencing, half of them WithoutScripts; the fenced resource checked
+	ModeCluster     = "cluster"     // default Lockers on a 3-master Redis Cluster the harness starts
+	ModeMixed       = "mixed"       // default, polling and bare-format Lockers on the same keys
+)
+
+// Modes lists every mode, in the order `make chaos` runs them.
+var Modes = []string{ModeDefault, ModeNoScripts, ModeClassic, ModeFormats, ModeAutoRefresh, ModeFencing, ModeCluster, ModeMixed}
+
+// LockerConfig is the part of a client's configuration that is a choice of
+// the library's options.
+type LockerConfig struct {
+	Format      setnxlock.Format
+	NoScripts   bool // WithoutScripts
+	Classic     bool // WithClassicCommands
+	AutoRefresh bool // WithAutoRefresh
+	Fencing     bool // WithFencing
+	// User is the ACL user the client logs in as: UserChaos, whose
+	// scripting and pub/sub the harness revokes for a while mid-run, or
+	// UserPoller, which may never use pub/sub, so its Lockers poll.
+	User string
+}
+
+// The ACL users of single-server runs (aclUsers). Cluster runs log in as
+// the default user.
+const (
+	UserChaos  = "chaos"
+	UserPoller = "poller"
+)
+
+// Options turns the configuration into the Locker's options, after the
+// ones every client shares.
+func (c LockerConfig) Options() []setnxlock.Option {
+	var opts []setnxlock.Option
+	if c.Format != setnxlock.TokenFormat {
+		opts = append(opts, setnxlock.WithFormat(c.Format))
+	}
+	if c.NoScripts {
+		opts = append(opts, setnxlock.WithoutScripts())
+	}
+	if c.Classic {
+		opts = append(opts, setnxlock.WithClassicCommands())
+	}
+	if c.AutoRefresh {
+		opts = append(opts, setnxlock.WithAutoRefresh())
+	}
+	if c.Fencing {
+		opts = append(opts, setnxlock.WithFencing())
+	}
+	return opts
+}
+
+// String names the configuration in reports, e.g. "UnixSeconds+noscripts".
+func (c LockerConfig) String() string {
+	parts := []string{c.Format.String()}
+	for _, f := range []struct {
+		on   bool
+		name string
+	}{{c.NoScripts, "noscripts"}, {c.Classic, "classic"}, {c.AutoRefresh, "autorefresh"}, {c.Fencing, "fencing"}, {c.User == UserPoller, "poller"}} {
+		if f.on {
+			parts = append(parts, f.name)
+		}
+	}
+	return strings.Join(parts, "+")
+}
+
+// lockerFor is the Locker configuration of client slot in mode.
+func lockerFor(mode string, slot int) LockerConfig {
+	c := LockerConfig{User: UserChaos}
+	switch mode {
+	case ModeNoScripts:
+		c.NoScripts = true
+	case ModeClassic:
+		c.Classic = true
+	case ModeFormats:
+		c.Format = []setnxlock.Format{setnxlock.TokenFormat, setnxlock.UnixMillis, setnxlock.UnixSeconds, setnxlock.FloatSeconds}[slot%4]
+	case ModeAutoRefresh:
+		c.AutoRefresh = true
+	case ModeFencing:
+		c.Fencing, c.NoScripts = true, slot%4 >= 2 // half on the script fast path, half on the commands alone
+	case ModeCluster:
+		c.User = ""
+	case ModeMixed:
+		switch slot % 4 {
+		case 2:
+			c.User = UserPoller
+		case 3:
+			c.Format = []setnxlock.Format{setnxlock.UnixMillis, setnxlock.FloatSeconds}[slot/4%2]
+		}
+	}
+	return c
+}
+
+// longestLease is the longest lease a Locker of the mode writes: the TTL,
+// or in UnixSeconds a TTL rounded up to the next second plus the page's
+// extra second.
+func longestLease(mode string, ttl time.Duration) time.Duration {
+	if mode == ModeFormats {
+		return ttl + 2*time.Second
+	}
+	return ttl + time.Millisecond
+}
+
+// leaseOf is the longest lease a Locker so configured writes.
+func (c LockerConfig) leaseOf(ttl time.Duration) time.Duration {
+	switch c.Format {
+	case setnxlock.UnixSeconds:
+		return ttl + 2*time.Second
+	case setnxlock.UnixMillis:
+		return ttl + time.Millisecond
+	}
+	return ttl
+}
+
+// slotOf is the client slot of a loop's name: "g3.1/2" is goroutine slot
+// 3, "p1.0/0" process slot 1, which comes after the goroutines' slots.
+func slotOf(loop string, goroutines int) int {
+	name := processOf(loop)
+	dot := strings.IndexByte(name, '.')
+	if len(name) < 2 || dot < 0 {
+		return 0
+	}
+	n, err := strconv.Atoi(name[1:dot])
+	if err != nil {
+		return 0
+	}
+	if name[0] == 'p' {
+		n += goroutines
+	}
+	return n
+}
+
+// checkMode refuses a mode the harness does not know.
+func checkMode(mode string) error {
+	for _, m := range Modes {
+		if m == mode {
+			return nil
+		}
+	}
+	return fmt.Errorf("chaos: unknown mode %q (know %s)", mode, strings.Join(Modes, ", "))
+}

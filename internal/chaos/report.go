@@ -1,0 +1,87 @@
+package chaos
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Summary is the line of a run that scripts read:
+//
+//	chaos: mode=<name> acquisitions=<n> faults=<n> violations=<n> recovered_p99=<dur> longest_free_wait=<dur>
+func (r *Result) Summary() string {
+	return fmt.Sprintf("chaos: mode=%s acquisitions=%d faults=%d violations=%d recovered_p99=%s longest_free_wait=%s",
+		r.Config.Mode, r.Report.Acquisitions, r.Faults.Total(), len(r.Report.Violations),
+		roundDuration(Percentile(r.Report.Recovered, 99)), roundDuration(Percentile(r.Report.FreeWaits, 100)))
+}
+
+// roundDuration keeps two or three significant digits.
+func roundDuration(d time.Duration) time.Duration {
+	switch {
+	case d >= time.Second:
+		return d.Round(10 * time.Millisecond)
+	case d >= 10*time.Millisecond:
+		return d.Round(time.Millisecond)
+	default:
+		return d.Round(100 * time.Microsecond)
+	}
+}
+
+// Details describes the run beyond the summary line.
+func (r *Result) Details() string {
+	var b strings.Builder
+	c := r.Config
+	line := func(format string, args ...any) {
+		fmt.Fprintf(&b, "chaos: %s: "+format+"\n", append([]any{c.Mode}, args...)...)
+	}
+	line("seed=%d goroutines=%d procs=%d loops=%d keys=%d ttl=%s skew=%s margin=%s persistence=%t client-tags=%q",
+		c.Seed, c.Goroutines, c.Procs, c.Loops, c.Keys, c.TTL, c.Skew, c.Margin, c.Persistence, c.ClientTags)
+	kinds := sortedKeys(r.Faults.Kinds)
+	parts := make([]string, 0, len(kinds)+3)
+	for _, k := range kinds {
+		parts = append(parts, fmt.Sprintf("%s=%d", k, r.Faults.Kinds[k]))
+	}
+	n := r.Faults.Network
+	parts = append(parts, fmt.Sprintf("delayed=%d", n.Delayed), fmt.Sprintf("lost-replies=%d", n.Lost), fmt.Sprintf("cuts=%d", n.Cut))
+	line("%s elapsed; faults: %s", r.Elapsed.Round(time.Millisecond), strings.Join(parts, " "))
+	line("sections=%d h8-overran=%d writes=%d stale-writes-refused=%d releases=%v acquire-errors=%d",
+		r.Report.Sections, r.Report.Overran, len(r.History.Ops), r.Stale, r.Releases, len(r.Fails))
+	for i, f := range r.Fails {
+		if i == 3 {
+			break
+		}
+		line("  acquire error: %s", f)
+	}
+	rec := r.Report.Recovered
+	line("crashed holders recovered=%d (unrecovered at the end: %d) p50=%s p99=%s max=%s bound=%s; recoveries a write in doubt may explain=%d",
+		len(rec), r.Report.Unrecovered, roundDuration(Percentile(rec, 50)), roundDuration(Percentile(rec, 99)),
+		roundDuration(Percentile(rec, 100)), c.recoveryBound(), r.Report.InDoubtRecoveries)
+	fw := r.Report.FreeWaits
+	line("free waits=%d p50=%s p99=%s max=%s (by %s/%d) bound=%s; waits a write in doubt may explain=%d; free waits >= ttl: %d",
+		len(fw), roundDuration(Percentile(fw, 50)), roundDuration(Percentile(fw, 99)), roundDuration(Percentile(fw, 100)),
+		r.Report.LongestFreeWait.Client, r.Report.LongestFreeWait.Seq, c.freeWaitBound(), r.Report.InDoubtWaits, countAtLeast(fw, c.TTL))
+	f := r.Final
+	line("after the faults: every key acquired within %s (bound %s), queues drained in %s, goroutines %d before, %d after",
+		roundDuration(f.Slowest), f.Bound, roundDuration(f.Drained), f.Goroutines[0], f.Goroutines[1])
+	line("porcupine: %d stretches checked, illegal keys=%d, undecided keys=%v",
+		r.Linearity.Pieces, len(r.Linearity.Illegal), r.Linearity.Unknown)
+	var counts []string
+	for _, kind := range []string{LeaseOverlap, NotLinearizable, CheckersDisagree, FenceInterleave, TokenOrder,
+		SlowRecovery, SlowFreeWait, FinalAcquire, QueueNotDrained, GoroutineGrowth} {
+		counts = append(counts, fmt.Sprintf("%s=%d", kind, r.Report.Count(kind)))
+	}
+	line("violations: %s", strings.Join(counts, " "))
+	for i, v := range r.Report.Violations {
+		if i == 10 {
+			line("  ... and %d more", len(r.Report.Violations)-i)
+			break
+		}
+		line("  %s", v)
+	}
+	return b.String()
+}
+
+func countAtLeast(ds []time.Duration, d time.Duration) int {
+	return len(slices.DeleteFunc(slices.Clone(ds), func(x time.Duration) bool { return x < d }))
+}

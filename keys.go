@@ -1,0 +1,59 @@
+package setnxlock
+
+import "strings"
+
+// The names the library gives the keys and channels of a lock key, all in
+// one place. The keys of its own sit in the lock key's Redis Cluster slot,
+// so that one script or transaction can name them with it.
+
+// FenceKey returns the counter key that WithFencing draws tokens from for
+// a lock key: the key plus ".fence", with a Redis Cluster hash tag so that
+// both land in the same slot and can share a transaction. A key with its
+// own hash tag keeps it ("{user42}.lock" → "{user42}.lock.fence"); any other
+// key becomes the tag ("lock.report" → "{lock.report}.fence"). A key that
+// contains '}' outside a hash tag cannot be wrapped that way: on Redis
+// Cluster give such a key a hash tag of its own, or acquisitions fail with
+// CROSSSLOT. The counter has no expiry: it must outlive every lock on the
+// key, and it needs persistence to survive a restart (H9).
+func FenceKey(key string) string { return sameSlotKey(key, ".fence") }
+
+// sameSlotKey names a key of the library's own beside key, in key's
+// Cluster slot: key itself as the hash tag, unless key has one already.
+func sameSlotKey(key, suffix string) string {
+	if hasHashTag(key) {
+		return key + suffix
+	}
+	return "{" + key + "}" + suffix
+}
+
+// hasHashTag applies Redis Cluster's rule: a '{' followed later by a '}'
+// with at least one byte between them.
+func hasHashTag(key string) bool {
+	open := strings.IndexByte(key, '{')
+	if open < 0 {
+		return false
+	}
+	return strings.IndexByte(key[open+1:], '}') > 0
+}
+
+// waitersKey names the queue of waiters for key, in key's Cluster slot.
+func waitersKey(key string) string { return sameSlotKey(key, ".waiters") }
+
+// releasedKey names the marker of key's scripted releases: a sorted set
+// of what each released, kept for the rest of its lease, by which a
+// release resent after a lost reply recognises its own earlier run
+// (release.lua, H5).
+func releasedKey(key string) string { return sameSlotKey(key, ".released") }
+
+// WakeChannel returns the pub/sub channel on which a Locker announces the
+// release of key and its waiters listen. ACL users need it among their
+// allowed channels (&pattern) for wake-ups; without it locks still work,
+// by polling.
+func WakeChannel(key string) string { return "setnxlock:released:" + key }
+
+// handoffChannelPrefix starts the channel a Locker listens on for locks
+// handed to it; the release script (handon.lua) appends the Locker's id.
+const handoffChannelPrefix = "setnxlock:handoff:"
+
+// handoffChannel names the channel of the Locker whose id is lockerID.
+func handoffChannel(lockerID string) string { return handoffChannelPrefix + lockerID }

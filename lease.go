@@ -1,0 +1,85 @@
+package setnxlock
+
+import (
+	"sync"
+	"time"
+)
+
+// lease is the lease of a Lock, kept apart from its ownership (as etcd
+// keeps its Session apart from its Mutex): when it began and when it ends
+// by the Locker's clock, and how the Lock's life ended. Reading it never
+// waits on Redis: its own mutex guards it, not the Lock's turn to talk to
+// Redis (Lock.op).
+type lease struct {
+	mu        sync.Mutex
+	renewedAt time.Time // when the current lease began: renewals count their interval from here
+	expiresAt time.Time // when it ends by the Locker's clock
+	err       error     // why the Lock's life ended: nil after Release, ErrNotHeld after a loss
+
+	done       chan struct{} // closed once, by end, when the Lock is released or lost
+	ended      sync.Once
+	moved      chan struct{} // nudges the keeper (lifecycle.go) when the end moves
+	keeping    sync.Once
+	keeperDone chan struct{} // closed when the keeper goroutine has returned; nil if none started
+}
+
+func newLease(start, end time.Time) *lease {
+	return &lease{renewedAt: start, expiresAt: end, done: make(chan struct{}), moved: make(chan struct{}, 1)}
+}
+
+// ends returns the end of the lease.
+func (s *lease) ends() time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.expiresAt
+}
+
+// began returns when the current lease began.
+func (s *lease) began() time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.renewedAt
+}
+
+// move records a lease that began at start and ends at end, and wakes the
+// keeper, which may be sleeping until the old end.
+func (s *lease) move(start, end time.Time) {
+	s.mu.Lock()
+	s.renewedAt, s.expiresAt = start, end
+	s.mu.Unlock()
+	select {
+	case s.moved <- struct{}{}:
+	default: // a nudge is already pending
+	}
+}
+
+// end ends the Lock's life with err (nil for a release), and reports
+// whether this call ended it: only the first does.
+func (s *lease) end(err error) (ended bool) {
+	s.ended.Do(func() {
+		s.mu.Lock()
+		s.err = err
+		s.mu.Unlock()
+		close(s.done)
+		ended = true
+	})
+	return ended
+}
+
+// over reports whether the Lock's life has ended.
+func (s *lease) over() bool {
+	select {
+	case <-s.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// reason returns why the Lock's life ended: nil while it lasts or after a
+// release, an error matching ErrNotHeld after a loss.
+func (s *lease) reason() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.err
+}

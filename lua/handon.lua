@@ -1,0 +1,50 @@
+-- handon.lua: handOn(key, waiters, now, window), shared by release.lua and
+-- leave.lua.
+--
+-- key      the lock key, which the caller owns
+-- waiters  its waiters: a sorted set of entries "<Locker id>:<token>",
+--          scored by arrival
+-- now      the caller's clock in Unix ms
+-- window   how long a waiter has to claim the key, in ms
+--
+-- Gives key to the first waiter whose Locker hears of it. For each
+-- entry, first in line first, it takes the entry off the queue, writes a
+-- provisional value for the entry's token into the key, stating an expiry
+-- window ms after now and expiring on the server after window ms, and only
+-- then announces it on the channel of the entry's Locker: write, then
+-- announce. The waiter takes the lease by claiming the key with a lease of
+-- its own (queued.lua); hearing is not holding. A waiter that never claims
+-- costs window ms, never a lease. An entry whose Locker nobody listens for
+-- is skipped.
+--
+-- Returns  1         handed to a waiter
+--          0         no waiter left: the caller deletes the key
+--         -1, error  the queue, the write or the channel failed (refused
+--                    by ACL, say): the entry is back in its place, and the
+--                    caller deletes the key and reports error
+local function handOn(key, waiters, now, window)
+  while true do
+    local head = redis.pcall('zrange', waiters, 0, 0, 'withscores')
+    if type(head) ~= 'table' or head.err or #head < 2 then return 0 end
+    local entry, place = head[1], head[2]
+    -- Every entry this loop reads leaves the queue, or the loop ends: a
+    -- refused ZREM would otherwise read the same head for ever, in a
+    -- script that has written and cannot be killed.
+    local taken = redis.pcall('zrem', waiters, entry)
+    if type(taken) ~= 'number' then return -1, taken.err end
+    local locker, token = string.match(entry, '^([^:]+):([^:]+)$')
+    if locker then
+      local value = string.format('%.0f', now + window) .. ':' .. token
+      local written = redis.pcall('set', key, value, 'px', window)
+      local heard = 0
+      if not written.err then
+        heard = redis.pcall('publish', 'setnxlock:handoff:' .. locker, token .. ':' .. key)
+      end
+      if written.err or type(heard) ~= 'number' then
+        redis.pcall('zadd', waiters, place, entry)
+        return -1, written.err or heard.err
+      end
+      if heard > 0 then return 1 end
+    end
+  end
+end

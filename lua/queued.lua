@@ -1,0 +1,56 @@
+-- queued.lua: the first step of a queued attempt (queue.go), in one round
+-- trip.
+--
+-- KEYS[1]  the lock key
+-- KEYS[2]  its waiters: a sorted set of entries, scored by arrival
+-- ARGV[1]  our value: our lease by our own clock, carrying our entry's token
+-- ARGV[2]  the safety net in ms: our lease plus the grace (H6)
+-- ARGV[3]  our entry, "<Locker id>:<token>"
+-- ARGV[4]  our entry's token
+--
+-- Returns {1, ''}         the key is ours, holding our value and its safety
+--                         net, and our entry is off the queue: SETNX
+--                         created the key, or the key carried our token
+--                         and we claimed it (a release handed it to us, or
+--                         an attempt of ours whose reply was lost wrote it)
+--         {1, error}      the same, but taking the entry off failed
+--         {0, value}      the key holds someone else's lease; our entry is
+--                         in the queue, in the place it took when first
+--                         pushed (first come, first served)
+--         {2}             the key is not a string (H7); it is left untouched
+--         {3, value, error} as 0, but the queue failed (refused by ACL, or
+--                         not a sorted set): not queued
+local function dequeue()
+  local removed = redis.pcall('zrem', KEYS[2], ARGV[3])
+  if type(removed) == 'table' then return {1, removed.err} end
+  return {1, ''}
+end
+if redis.call('setnx', KEYS[1], ARGV[1]) == 1 then
+  redis.call('pexpire', KEYS[1], ARGV[2])
+  return dequeue()
+end
+local current = redis.pcall('get', KEYS[1])
+if type(current) ~= 'string' then return {2} end
+if string.sub(current, -#ARGV[4] - 1) == ':' .. ARGV[4] then
+  -- Claiming rewrites the lease by our clock, so the releaser's clock
+  -- never decides how long we hold, and the safety net is counted from
+  -- now (H4, H6).
+  redis.call('set', KEYS[1], ARGV[1], 'px', ARGV[2])
+  return dequeue()
+end
+local place = redis.pcall('zscore', KEYS[2], ARGV[3])
+if place == false then
+  local last = redis.pcall('zrange', KEYS[2], -1, -1, 'withscores')
+  if last.err then return {3, current, last.err} end
+  local score = 1
+  if #last == 2 then score = tonumber(last[2]) + 1 end
+  place = redis.pcall('zadd', KEYS[2], score, ARGV[3])
+end
+if type(place) == 'table' then return {3, current, place.err} end
+-- The queue lives as long as the longest safety net of its waiters: a
+-- waiter with a short lease must not cut the others' places short.
+local ttl = redis.pcall('pttl', KEYS[2])
+if type(ttl) ~= 'number' or ttl < tonumber(ARGV[2]) then
+  redis.pcall('pexpire', KEYS[2], ARGV[2])
+end
+return {0, current}

@@ -1,0 +1,78 @@
+-- release.lua: Release, in one round trip. Prefixed with owned.lua and
+-- handon.lua.
+--
+-- KEYS[1]   the lock key
+-- KEYS[2..] when ARGV[5] is not '0': its release marker (releasedKey);
+--           then, when ARGV[3] is '1': its waiters (waitersKey)
+-- ARGV[1]   the key's wake channel, or '' for none
+-- ARGV[2]   the releaser's clock in Unix ms
+-- ARGV[3]   '1' to hand the key to a queued waiter, '' not to
+-- ARGV[4]   the claim window of a handoff, in ms
+-- ARGV[5]   how long to remember this release, in ms (the rest of our
+--           lease), or '0' not to
+-- ARGV[6]   our owner token, or '' when our values carry none
+-- ARGV[7..] without a token: the exact values that are ours
+--
+-- Only if the key is ours (H3), it hands the key to the first queued
+-- waiter that hears of it (handOn), or else deletes it and wakes the key's
+-- other waiters; then it remembers what it released for the rest of our
+-- lease: our token, or the value, in a sorted set scored by the instant
+-- until which each is remembered. go-redis sends a script again when its
+-- reply was lost; the second run finds the key no longer ours, even if the
+-- key has had other holders since, and recognises its own release (H5)
+-- instead of reporting the lease lost.
+--
+-- Returns {2, ''}     handed to a waiter
+--         {1, error}  deleted; error is why a handoff failed, or ''
+--         {0, ''}     the key is not ours
+--         {3, ''}     an earlier run of this release already released it
+local marker, waiters
+local index = 2
+if ARGV[5] ~= '0' then
+  marker = KEYS[index]
+  index = index + 1
+end
+if ARGV[3] == '1' then waiters = KEYS[index] end
+local now = tonumber(ARGV[2])
+
+local function remembered()
+  if not marker then return false end
+  local first, last = 6, 6
+  if ARGV[6] == '' then first, last = 7, #ARGV end
+  for i = first, last do
+    if type(redis.pcall('zscore', marker, ARGV[i])) == 'string' then return true end
+  end
+  return false
+end
+
+local current = redis.pcall('get', KEYS[1])
+if type(current) ~= 'string' or not owned(current) then
+  if remembered() then return {3, ''} end
+  return {0, ''}
+end
+
+local function remember()
+  if not marker then return end
+  local member = ARGV[6]
+  if member == '' then member = current end
+  redis.pcall('zremrangebyscore', marker, '-inf', now)
+  redis.pcall('zadd', marker, now + tonumber(ARGV[5]), member)
+  local ttl = redis.pcall('pttl', marker)
+  if type(ttl) ~= 'number' or ttl < tonumber(ARGV[5]) then
+    redis.pcall('pexpire', marker, ARGV[5])
+  end
+end
+
+local failed = ''
+if waiters then
+  local handed, err = handOn(KEYS[1], waiters, now, tonumber(ARGV[4]))
+  if handed == 1 then
+    remember()
+    return {2, ''}
+  end
+  if handed == -1 then failed = err end
+end
+redis.call('del', KEYS[1])
+if ARGV[1] ~= '' then redis.pcall('publish', ARGV[1], KEYS[1]) end
+remember()
+return {1, failed}

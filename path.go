@@ -1,0 +1,60 @@
+package setnxlock
+
+import "context"
+
+// A path is one way of sending an attempt's first step, a release, and a
+// queued wait's leave: the scripts, one round trip each (scriptPath,
+// scripts.go), or the commands (commandPath, commands.go), which use SET NX
+// PX where the server knows it and the classic SETNX elsewhere. Both do the
+// same steps with the same meaning; only the commands and the round trips
+// differ. The takeover (deadlock.go) and Refresh (refresh.go) are watched
+// transactions on every path: scripts would save nothing there worth a
+// second implementation.
+type path interface {
+	// claim is an attempt's first step: SETNX key <ours> with its safety
+	// net (H6) and, with fencing, the token; when the key exists, the
+	// holder's value. entry is a queued attempt's place (queue.go), or nil.
+	claim(ctx context.Context, key string, ours stamp, entry *queueEntry) (claimOutcome, error)
+	// release deletes the lock's key, or hands it to a queued waiter, only
+	// if it holds a value of the lock's (H3), and announces the release; it
+	// reports whether the key was ours.
+	release(ctx context.Context, k *Lock) (bool, error)
+	// leave takes a wait's entry off the queue and hands on the key if it
+	// carries the entry's token.
+	leave(ctx context.Context, entry *queueEntry) error
+}
+
+// claimOutcome is what an attempt's first step learned: whether it created the
+// key (and then its fencing token), or else the value found there.
+type claimOutcome struct {
+	created      bool
+	fencingToken int64
+	current      string
+	found        bool
+	dequeued     bool // a queued attempt's win took its entry off the queue with it
+	unqueued     bool // a queued attempt could not queue on this key: its wait stops queueing
+}
+
+// onPath runs op on the scripted path while scripts are allowed, else on
+// the command path. A refusal of the scripts narrows the Locker's
+// capabilities for good and runs op again on the command path at once: a
+// refused command did not run. This is the one place the Locker falls back
+// from its scripts.
+func (l *Locker) onPath(op func(p path) error) error {
+	if l.caps.allows(capScripts) {
+		err := op(scriptPath{l})
+		if !l.caps.narrow(capScripts, err) {
+			return err
+		}
+	}
+	return op(commandPath{l})
+}
+
+// claimKey is an attempt's first step, on the Locker's path.
+func (l *Locker) claimKey(ctx context.Context, key string, ours stamp, entry *queueEntry) (c claimOutcome, err error) {
+	err = l.onPath(func(p path) error {
+		c, err = p.claim(ctx, key, ours, entry)
+		return err
+	})
+	return c, err
+}

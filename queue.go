@@ -1,0 +1,126 @@
+package setnxlock
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"time"
+)
+
+// The queue of a key's waiters. A waiting Acquire that queues (wait.go)
+// pushes an entry "<Locker id>:<token>" on waitersKey(key), a sorted set
+// scored by arrival, and every value written for that wait carries the
+// entry's token: its own attempts' leases, and a release's handoff. Those
+// values belong to that wait alone (one owner per value): its attempts
+// recognise them by the token and nothing else claims them, so they never
+// enter the Locker's lost-reply memory (pending.go).
+//
+// Every way out of the queue removes the entry: a win by SETNX or by
+// claiming a handed key (queued.lua) and a takeover (deadlock.go) remove it
+// in the same atomic step; a win through the lost-reply memory removes it
+// at once after; a wait that gives up, or falls back from queueing, leaves
+// (leave.lua), handing the key on if it carries the wait's token. A removal
+// that fails on the network is remembered by the Locker's subscription,
+// which declines the key for that entry if a release hands it over later
+// (handoff.go). An entry nobody removes lives until the queue's own expiry.
+
+// leaveTimeout bounds the round trip that takes a waiter off the queue
+// after its context ended.
+const leaveTimeout = time.Second
+
+// queueEntry is one waiting Acquire's place in a key's queue.
+type queueEntry struct {
+	key    string
+	token  string // carried by every value written for this wait
+	member string // "<Locker id>:<token>", in the key's queue
+}
+
+// newQueueEntry describes a wait of this Locker on key.
+func (l *Locker) newQueueEntry(key string) *queueEntry {
+	token := newToken()
+	return &queueEntry{key: key, token: token, member: l.handoff.id + ":" + token}
+}
+
+// The outcomes of the queued attempt's script (queued.lua).
+const (
+	queuedHeld    = 0
+	queuedWon     = 1
+	queuedForeign = 2
+	queuedRefused = 3
+)
+
+// queuedClaim is a queued attempt's first step: queued.lua, the SETNX,
+// or the claim of a key that carries the entry's token, or a place in the
+// queue.
+func (p scriptPath) queuedClaim(ctx context.Context, key string, ours stamp, entry *queueEntry) (claimOutcome, error) {
+	l := p.l
+	keys := []string{key, waitersKey(key)}
+	reply, err := queuedScript.Run(ctx, l.client, keys, ours.value, l.safetyNet(ours.length()).Milliseconds(), entry.member, entry.token).Slice()
+	if err != nil {
+		return claimOutcome{}, err
+	}
+	switch outcome := scriptOutcome(reply); {
+	case outcome == queuedWon && len(reply) == 2:
+		failed, _ := reply[1].(string)
+		l.caps.narrow(capQueue, scriptErr(failed)) // the ACL user may not take entries off the queue
+		return claimOutcome{created: true, dequeued: failed == ""}, nil
+	case outcome == queuedRefused && len(reply) == 3:
+		failed, _ := reply[2].(string)
+		l.caps.narrow(capQueue, scriptErr(failed)) // refused: no wait of the Locker queues from now on
+		current, _ := reply[1].(string)
+		return claimOutcome{current: current, found: true, unqueued: true}, nil // this wait stops queueing on this key
+	case outcome == queuedHeld && len(reply) == 2:
+		current, _ := reply[1].(string)
+		return claimOutcome{current: current, found: true}, nil
+	case outcome == queuedForeign:
+		return claimOutcome{}, ErrNotLockValue
+	}
+	return claimOutcome{}, errors.New("setnxlock: unexpected reply from the queued attempt's script")
+}
+
+// dequeue takes entry off its key's queue after a win that did not: one
+// through the lost-reply memory. A failure is remembered as for leaveQueue.
+func (l *Locker) dequeue(ctx context.Context, entry *queueEntry) {
+	if err := l.client.ZRem(ctx, waitersKey(entry.key), entry.member).Err(); err != nil {
+		now := l.cfg.clock.Now()
+		l.handoff.abandon(entry, now, now.Add(l.safetyNet(l.cfg.ttl)))
+	}
+}
+
+// leaveQueue takes entry off its key's queue and, if the key carries the
+// entry's token, hands the key on (or deletes it). The caller's context may
+// have ended, so it runs on its own short deadline. A leave that fails is
+// remembered, so that a handoff to the entry is declined (handoff.go).
+func (l *Locker) leaveQueue(ctx context.Context, entry *queueEntry) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), leaveTimeout)
+	defer cancel()
+	if err := l.leave(ctx, entry); err != nil {
+		now := l.cfg.clock.Now()
+		l.handoff.abandon(entry, now, now.Add(l.safetyNet(l.cfg.ttl))) // the queue's own expiry
+	}
+}
+
+// leave is one try at leaveQueue, on the Locker's path while the queue is
+// allowed (leave.lua), else with the commands.
+func (l *Locker) leave(ctx context.Context, entry *queueEntry) error {
+	if !l.caps.allows(capQueue) {
+		return commandPath{l}.leave(ctx, entry)
+	}
+	return l.onPath(func(p path) error { return p.leave(ctx, entry) })
+}
+
+// leave runs leave.lua. A refusal (of its queue key, for this ACL user)
+// stops the Locker queueing, and the commands leave instead.
+func (p scriptPath) leave(ctx context.Context, entry *queueEntry) error {
+	channel := ""
+	if p.l.caps.allows(capPubSub) {
+		channel = WakeChannel(entry.key)
+	}
+	now := p.l.cfg.clock.Now().UnixMilli()
+	err := leaveScript.Run(ctx, p.l.client, []string{entry.key, waitersKey(entry.key)},
+		entry.member, entry.token, channel, strconv.FormatInt(now, 10), claimWindow.Milliseconds()).Err()
+	if p.l.caps.narrow(capQueue, err) {
+		return commandPath(p).leave(ctx, entry)
+	}
+	return err
+}

@@ -1,0 +1,132 @@
+package setnxlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// The transaction core: every write that must not land on someone else's
+// value (the takeover's GETSET, release, refresh, the fencing token with a
+// SETNX) runs inside WATCH key, GET key, MULTI ... EXEC, so it applies only
+// while the key holds what was judged (H1, H2, H3). A plain GET-then-write
+// would be the documented race.
+
+// maxTransactionAttempts bounds how often a watched transaction is retried
+// when the key changes between WATCH and EXEC. Each retry re-reads the key,
+// so the decision is always made on the latest value.
+const maxTransactionAttempts = 8
+
+// compareAndWrite atomically applies write to key if, and only if, the key
+// currently holds a string for which owned returns true: WATCH, GET, then
+// MULTI/write/EXEC, retried when another client changed the key in between.
+// This is how an expired lease is taken over (H1, H2) and how release
+// deletes (H3); a plain GET-then-DEL would be the documented race.
+func (l *Locker) compareAndWrite(ctx context.Context, key string, owned func(current string) bool, write func(redis.Pipeliner)) (written bool, err error) {
+	if err := l.checkTransactions(ctx); err != nil {
+		return false, err
+	}
+	for attempt := 0; attempt < maxTransactionAttempts; attempt++ {
+		written = false
+		err = l.watch(ctx, key, func(tx *redis.Tx, get *redis.StringCmd) error {
+			current, found, err := stringReply(get)
+			if errors.Is(err, ErrNotLockValue) {
+				return unwatch(ctx, tx) // a key of another type is not ours
+			}
+			if err != nil { // before !found: a lost reply says nothing about the key
+				return errors.Join(err, unwatch(ctx, tx))
+			}
+			if !found {
+				return unwatch(ctx, tx)
+			}
+			if !owned(current) {
+				return unwatch(ctx, tx)
+			}
+			cmds, err := tx.TxPipelined(ctx, func(pipe redis.Pipeliner) error {
+				write(pipe)
+				return nil
+			})
+			err = withCause(cmds, err)
+			written = err == nil
+			return err
+		})
+		if !errors.Is(err, redis.TxFailedErr) {
+			return written, err
+		}
+	}
+	return false, err
+}
+
+// watch runs fn on a transaction in which key is watched, with the GET of
+// key. On a single server WATCH and GET go in one round trip; go-redis's
+// cluster and ring clients need the key to pick the node, so there WATCH
+// goes first on its own.
+func (l *Locker) watch(ctx context.Context, key string, fn func(tx *redis.Tx, get *redis.StringCmd) error) error {
+	client, single := l.client.(*redis.Client)
+	if !single {
+		return l.client.Watch(ctx, func(tx *redis.Tx) error { return fn(tx, tx.Get(ctx, key)) }, key)
+	}
+	return client.Watch(ctx, func(tx *redis.Tx) error {
+		var get *redis.StringCmd
+		_, err := tx.Pipelined(ctx, func(pipe redis.Pipeliner) error {
+			_ = pipe.Process(ctx, redis.NewStatusCmd(ctx, "watch", key))
+			get = pipe.Get(ctx, key)
+			return nil
+		})
+		if err != nil && get.Err() == nil || errors.Is(err, redis.Nil) && !errors.Is(get.Err(), redis.Nil) {
+			return errors.Join(err, unwatch(ctx, tx)) // the WATCH itself failed
+		}
+		return fn(tx, get)
+	})
+}
+
+// unwatch ends a watch that no EXEC will end. go-redis only unwatches the
+// WATCHes it sent itself, and a watch left on a pooled connection would
+// abort some later, unrelated transaction on it.
+func unwatch(ctx context.Context, tx *redis.Tx) error {
+	return tx.Unwatch(ctx).Err()
+}
+
+// withCause adds to an EXECABORT the reason the server refused a queued
+// command (NOPERM, LOADING, a syntax error of an older server), so that
+// callers can tell a refusal for good from a server that is not ready yet.
+func withCause(cmds []redis.Cmder, err error) error {
+	if !redis.IsExecAbortError(err) {
+		return err
+	}
+	for _, cmd := range cmds {
+		if cmdErr := cmd.Err(); cmdErr != nil && !redis.IsExecAbortError(cmdErr) {
+			return errors.Join(cmdErr, err)
+		}
+	}
+	return err
+}
+
+// checkTransactions makes sure, once per Locker, that the server accepts
+// MULTI before any write relies on it. MULTI, the writes and EXEC go out in
+// one round trip: were MULTI refused (an ACL user without it, a proxy that
+// does not pass it on), the writes would run at once, unguarded by the
+// WATCH, and a release could delete the next holder's key (H3). A transport
+// error leaves the question open for the next write.
+func (l *Locker) checkTransactions(ctx context.Context) error {
+	if l.caps.transactions.Load() {
+		return nil
+	}
+	multi := redis.NewStatusCmd(ctx, "multi")
+	_, _ = l.client.Pipelined(ctx, func(pipe redis.Pipeliner) error {
+		_ = pipe.Process(ctx, multi)
+		_ = pipe.Process(ctx, redis.NewSliceCmd(ctx, "exec")) // an empty transaction
+		return nil
+	})
+	if err := multi.Err(); err != nil {
+		var redisErr redis.Error
+		if errors.As(err, &redisErr) {
+			return fmt.Errorf("%w: %w", ErrNoTransactions, err)
+		}
+		return err
+	}
+	l.caps.transactions.Store(true)
+	return nil
+}
