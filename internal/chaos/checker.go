@@ -63,8 +63,8 @@ type Bounds struct {
 	// Recovery is how long after a crashed holder's lease ended the next
 	// acquisition of its key may come: the skew margin, the skew between
 	// the two clients' clocks, one backoff step, and an allowance for a
-	// round trip the network faults delayed. Time the server spent down is
-	// added to it.
+	// round trip the network faults delayed. Time the server spent down,
+	// and time the machine stalled (stalls.go), is added to it.
 	Recovery time.Duration
 	// FreeWait bounds how long a waiter may wait for a key nobody holds;
 	// 0: not checked.
@@ -79,9 +79,22 @@ type Bounds struct {
 	// client by client.
 	Lease   time.Duration
 	LeaseOf func(client string) time.Duration `json:"-"`
+	// HeldPastOf, when set, gives how long past the end of its lease a
+	// client's crashed lease may rightly keep its key: readers hold a
+	// whole second's value through the end of that second, until the
+	// safety net (H6) ends it. It is added to Recovery for that holder.
+	HeldPastOf func(client string) time.Duration `json:"-"`
 	// Fenced: the clients use fencing tokens, so the resource's fence and
 	// the tokens' order are checked too.
 	Fenced bool
+}
+
+// recoveryOf is the recovery bound of a crashed lease of client.
+func (b Bounds) recoveryOf(client string) time.Duration {
+	if b.HeldPastOf != nil {
+		return b.Recovery + b.HeldPastOf(client)
+	}
+	return b.Recovery
 }
 
 // lease is the longest lease client writes.
@@ -116,7 +129,7 @@ type Report struct {
 	Violations []Violation
 	// Recovered holds, for each crashed holder whose key was acquired
 	// again, the time from the end of its lease to that acquisition, less
-	// the time the server was down.
+	// the time the server was down or the machine stalled.
 	Recovered []time.Duration
 	// Slowest is the crashed acquisition whose recovery took longest, and
 	// the acquisition that recovered it.
@@ -176,6 +189,7 @@ func (r Report) Safety() int {
 // b.FreeWait for a key nobody holds.
 func Check(h History, b Bounds) Report {
 	r := Report{Acquisitions: len(h.Acquisitions)}
+	pause := paused(h) // a server down, the machine stalled: the liveness checks do not count it
 	byKey := map[string][]Acquisition{}
 	for _, a := range h.Acquisitions {
 		byKey[a.Key] = append(byKey[a.Key], a)
@@ -213,8 +227,8 @@ func Check(h History, b Bounds) Report {
 		if b.Fenced {
 			r.Violations = append(r.Violations, tokenOrder(key, acqs)...)
 		}
-		r.recovery(key, acqs, calls[key], h, b)
-		r.freeWaits(key, acqs, calls[key], h.Downtime, states[key], stops, frozen, b)
+		r.recovery(key, acqs, calls[key], h.End, pause, b)
+		r.freeWaits(key, acqs, calls[key], pause, states[key], stops, frozen, b)
 	}
 	if b.Fenced {
 		r.Violations = append(r.Violations, fenceInterleaves(h.Ops)...)
@@ -338,7 +352,7 @@ func fenceInterleaves(ops []Op) []Violation {
 // recovery measures how soon each crashed holder's key was acquired again.
 // acqs are sorted by grant; calls are the key's Acquire calls that won
 // nothing, of which those in doubt or killed may have held the key unknown.
-func (r *Report) recovery(key string, acqs []Acquisition, calls []Call, h History, b Bounds) {
+func (r *Report) recovery(key string, acqs []Acquisition, calls []Call, end time.Time, pause []Interval, b Bounds) {
 	mayHaveHeld := func(from, to time.Time) bool {
 		for _, c := range calls {
 			if (c.InDoubt || c.Killed) && c.Start.Before(to) && c.End.Add(b.lease(c.Client)+b.Takeover).After(from) {
@@ -353,7 +367,7 @@ func (r *Report) recovery(key string, acqs []Acquisition, calls []Call, h Histor
 			continue
 		}
 		if i+1 == len(sorted) {
-			if waited := h.End.Sub(a.LeaseEnd) - downtime(h.Downtime, a.LeaseEnd, h.End); waited > b.Recovery {
+			if waited := end.Sub(a.LeaseEnd) - downtime(pause, a.LeaseEnd, end); waited > b.recoveryOf(a.Client) {
 				r.Violations = append(r.Violations, Violation{Kind: SlowRecovery, Key: key, First: a.ID(),
 					Detail: fmt.Sprintf("never acquired again in the %s the run went on after its lease", waited)})
 			} else {
@@ -362,8 +376,9 @@ func (r *Report) recovery(key string, acqs []Acquisition, calls []Call, h Histor
 			continue
 		}
 		next := sorted[i+1]
-		recovered := max(next.Granted.Sub(a.LeaseEnd)-downtime(h.Downtime, a.LeaseEnd, next.Granted), 0) // a server down holds nobody up
-		if recovered > b.Recovery && mayHaveHeld(a.LeaseEnd, next.Granted) {
+		recovered := max(next.Granted.Sub(a.LeaseEnd)-downtime(pause, a.LeaseEnd, next.Granted), 0) // a server down or a stalled machine holds nobody up
+		bound := b.recoveryOf(a.Client)
+		if recovered > bound && mayHaveHeld(a.LeaseEnd, next.Granted) {
 			r.InDoubtRecoveries++
 			continue
 		}
@@ -371,9 +386,9 @@ func (r *Report) recovery(key string, acqs []Acquisition, calls []Call, h Histor
 			r.Slowest.Crashed, r.Slowest.Next = a.ID(), next.ID()
 		}
 		r.Recovered = append(r.Recovered, recovered)
-		if recovered > b.Recovery {
+		if recovered > bound {
 			r.Violations = append(r.Violations, Violation{Kind: SlowRecovery, Key: key, First: a.ID(), Second: next.ID(),
-				Detail: fmt.Sprintf("acquired again %s after the crashed lease ended, bound %s", recovered, b.Recovery)})
+				Detail: fmt.Sprintf("acquired again %s after the crashed lease ended, bound %s", recovered, bound)})
 		}
 	}
 }

@@ -203,6 +203,20 @@ func (c Config) recoveryBound() time.Duration {
 	return c.Margin + c.Skew + max(c.MaxBackoff, 50*time.Millisecond) + 3*c.ReadTimeout + 100*time.Millisecond
 }
 
+// recoveryBoundText is the recovery bound as the report prints it, with
+// what a whole second's lease adds (Bounds.HeldPastOf) where the mode
+// writes one.
+func (c Config) recoveryBoundText() string {
+	var extra time.Duration
+	for slot := range c.Goroutines + c.Procs {
+		extra = max(extra, lockerFor(c.Mode, slot).heldPast(c.TTL))
+	}
+	if extra == 0 {
+		return c.recoveryBound().String()
+	}
+	return fmt.Sprintf("%s (+%s for a whole second's lease)", c.recoveryBound(), extra)
+}
+
 // freeWaitBound is how long a first waiter in line may wait on a key nobody
 // holds: the announced poll of a waiter whose wake-up or handoff message
 // was lost (50ms), a backoff step, the margin and the skew (by which its
@@ -226,6 +240,9 @@ func (c Config) bounds() Bounds {
 		Lease: longestLease(c.Mode, c.TTL), Fenced: c.Mode == ModeFencing,
 		LeaseOf: func(client string) time.Duration {
 			return lockerFor(c.Mode, slotOf(client, c.Goroutines)).leaseOf(c.TTL)
+		},
+		HeldPastOf: func(client string) time.Duration {
+			return lockerFor(c.Mode, slotOf(client, c.Goroutines)).heldPast(c.TTL)
 		}}
 }
 

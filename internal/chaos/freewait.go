@@ -30,7 +30,8 @@ type waitEnd struct {
 // Acquire calls that won nothing. A write in doubt (Call.InDoubt, or a
 // waiter killed mid-call) may have held the key for a whole lease without
 // anyone knowing it owns it: a wait that such a lease may cover is counted
-// in InDoubtWaits instead. Time a server spent down does not count. A
+// in InDoubtWaits instead. Time a server spent down, or the machine
+// stalled (down holds both), does not count. A
 // wait over the bound is checked against what the server held (heldBy).
 func (r *Report) freeWaits(key string, acqs []Acquisition, calls []Call, down []Interval, states []KeyState, stops []FaultAt,
 	frozen map[string][]Interval, b Bounds) {
@@ -91,7 +92,7 @@ func (r *Report) freeWaits(key string, acqs []Acquisition, calls []Call, down []
 		if first == nil || (e.grant < 0 && first.id != e.id) {
 			continue // only the first in line giving up ends its wait
 		}
-		wait := e.at.Sub(from) - downtime(down, from, e.at) // a server down holds nobody up
+		wait := e.at.Sub(from) - downtime(down, from, e.at) // a server down or a stalled machine holds nobody up
 		if wait <= 0 {
 			continue
 		}

@@ -156,6 +156,8 @@ func (h *harness) run(ctx context.Context) (*Result, error) {
 	go h.restarter()
 	h.wg.Add(1)
 	go h.sample()
+	h.wg.Add(1)
+	go h.watchStalls()
 	h.startServerFaults()
 	for slot := range h.cfg.Goroutines {
 		h.wg.Add(1)

@@ -11,6 +11,7 @@ type History struct {
 	Calls        []Call     // Acquire calls that did not return a lock: failed, or cut short by a kill
 	Ops          []Op       // in the order the resource decided them
 	Downtime     []Interval // when a redis-server was down (restarts)
+	Stalls       []Interval `json:",omitempty"` // when the harness itself could not run: the machine was overloaded (stalls.go)
 	Faults       []FaultAt  // every fault but the network's, as the harness learned of it
 	Keys         []KeyState // what the server held, sampled (sampler.go); empty on a Cluster
 	End          time.Time  // when the run stopped its clients

@@ -135,6 +135,18 @@ func (c LockerConfig) leaseOf(ttl time.Duration) time.Duration {
 	return ttl
 }
 
+// heldPast is how long past the end of its lease, by its holder's clock,
+// a crashed lease of a Locker so configured may rightly keep its key:
+// readers hold a whole second's value through the end of that second
+// (heldUntil in the library), and the safety net (H6), which the chaos
+// Lockers leave at its default grace of one TTL, ends it before that.
+func (c LockerConfig) heldPast(ttl time.Duration) time.Duration {
+	if c.Format == setnxlock.UnixSeconds {
+		return min(ttl, time.Second)
+	}
+	return 0
+}
+
 // slotOf is the client slot of a loop's name: "g3.1/2" is goroutine slot
 // 3, "p1.0/0" process slot 1, which comes after the goroutines' slots.
 func slotOf(loop string, goroutines int) int {

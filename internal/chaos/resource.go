@@ -30,6 +30,7 @@ type recorder struct {
 	ops      []Op
 	maxToken map[string]int64
 	down     []Interval
+	stalls   []Interval     // the harness's own scheduling stalls (stalls.go)
 	stale    int            // writes refused
 	fails    []string       // Acquire errors
 	releases map[string]int // Release outcomes
@@ -224,6 +225,14 @@ func (r *recorder) serverDown(i Interval) {
 	r.down = append(r.down, i)
 }
 
+func (r *recorder) stalled(i Interval) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.stopped {
+		r.stalls = append(r.stalls, i)
+	}
+}
+
 // stop ends the recording: later reports are ignored, since the run's end
 // cuts them short.
 func (r *recorder) stop() time.Time {
@@ -238,7 +247,8 @@ func (r *recorder) history(mode string, end time.Time) History {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	h := History{Mode: mode, End: end, Ops: append([]Op(nil), r.ops...), Downtime: append([]Interval(nil), r.down...),
-		Calls: append([]Call(nil), r.calls...), Faults: append([]FaultAt(nil), r.faultLog...),
+		Stalls: append([]Interval(nil), r.stalls...),
+		Calls:  append([]Call(nil), r.calls...), Faults: append([]FaultAt(nil), r.faultLog...),
 		Keys: append([]KeyState(nil), r.states...)}
 	for _, id := range r.order {
 		h.Acquisitions = append(h.Acquisitions, *r.acqs[id])

@@ -55,7 +55,7 @@ var errCrashed = errors.New("chaos: told to crash")
 func RunWorker(parent context.Context, cfg WorkerConfig) error {
 	client := newRedisClient(cfg)
 	defer client.Close()
-	client.AddHook(traceHook{})
+	client.AddHook(traceHook{retried: retriedAfter(cfg)})
 	clock := SkewedClock{Offset: cfg.Offset}
 	opts := append([]setnxlock.Option{
 		setnxlock.WithTTL(cfg.TTL), setnxlock.WithClock(clock),
@@ -406,45 +406,74 @@ var readOnly = map[string]bool{"get": true, "ping": true, "hello": true, "auth":
 // command carries: when it sent a command that can win a lock — a
 // pipeline or transaction (the fenced SETNX, the watched takeover), a
 // script (the one-round-trip path), or a bare SETNX — and whether one of
-// its writes failed without a reply. Read when Acquire returns, the first
-// is when the winning command was sent: a lower bound of the instant the
-// lock was won, which the token-order check needs. The PEXPIRE that
-// follows a win is not counted, since it is sent after it. A command sent
-// under a context that has already ended is never sent, so never in
-// doubt.
-type traceHook struct{}
+// its writes may have been applied without its reply reaching the
+// Locker. Read when Acquire returns, the first is when the winning command
+// was sent: a lower bound of the instant the lock was won, which the
+// token-order check needs. The PEXPIRE that follows a win is not counted,
+// since it is sent after it. A command sent under a context that has
+// already ended is never sent, so never in doubt.
+//
+// A write is in doubt when it failed without a reply, and also when it
+// took longer than retried: go-redis retries a command whose reply timed
+// out inside the call this hook wraps, so a SETNX applied by its first
+// try and answered 0 by its retry looks like a plain refusal here. With
+// a token the Locker recognises its own value on the next read (H5); a
+// bare timestamp is nobody's in particular, so its writer waits out its
+// own lease, and that lease must count as in doubt, not as a free wait
+// (seen in formats mode: a 988ms wait on a UnixSeconds value its own
+// waiter had written).
+type traceHook struct {
+	retried time.Duration // a command that took this long may have been sent twice; 0: never retried
+}
+
+// retriedAfter is how long a command takes at least when go-redis retried
+// it: a read timeout.
+func retriedAfter(cfg WorkerConfig) time.Duration {
+	if cfg.MaxRetries < 0 {
+		return 0
+	}
+	return cfg.ReadTimeout
+}
+
+// doubt reports whether a write that returned err after took may have
+// been applied unknown to its sender.
+func (h traceHook) doubt(err error, took time.Duration) bool {
+	return inDoubt(err) || (h.retried > 0 && took >= h.retried)
+}
 
 // DialHook, ProcessHook and ProcessPipelineHook make traceHook a
 // redis.Hook.
 func (traceHook) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (traceHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+func (h traceHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		trace, _ := ctx.Value(callKey{}).(*callTrace)
 		if trace == nil {
 			return next(ctx, cmd)
 		}
+		start := time.Now()
 		switch cmd.Name() {
 		case "eval", "evalsha", "setnx": // the commands that can win a lock on their own
-			trace.sent.Store(time.Now().UnixNano())
+			trace.sent.Store(start.UnixNano())
 		}
 		sent := ctx.Err() == nil
 		err := next(ctx, cmd)
-		if sent && !readOnly[cmd.Name()] && inDoubt(err) {
+		if sent && !readOnly[cmd.Name()] && h.doubt(err, time.Since(start)) {
 			trace.doubt.Store(true)
 		}
 		return err
 	}
 }
-func (traceHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+func (h traceHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		trace, _ := ctx.Value(callKey{}).(*callTrace)
 		if trace == nil {
 			return next(ctx, cmds)
 		}
-		trace.sent.Store(time.Now().UnixNano())
+		start := time.Now()
+		trace.sent.Store(start.UnixNano())
 		sent := ctx.Err() == nil
 		err := next(ctx, cmds)
-		if sent && inDoubt(err) {
+		if sent && h.doubt(err, time.Since(start)) {
 			trace.doubt.Store(true)
 		}
 		return err

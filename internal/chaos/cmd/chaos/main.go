@@ -71,6 +71,7 @@ func main() {
 
 	start := time.Now()
 	failed := false
+	var failures []string // repeated at the end, where a log cut to its tail still shows them
 	for _, m := range modes {
 		cfg := chaos.DefaultConfig(m)
 		cfg.Seed, cfg.Acquisitions, cfg.Duration = *seed, *acquisitions, *duration
@@ -92,8 +93,11 @@ func main() {
 		switch {
 		case *breakFlag == "" && violations > 0:
 			failed = true
+			for _, v := range res.Report.Violations {
+				failures = append(failures, fmt.Sprintf("mode %s: %s", m, v))
+			}
 		case *breakFlag != "" && violations == 0:
-			fmt.Fprintf(os.Stderr, "chaos: mode %s: assumption %q broken but no violation found\n", m, *breakFlag)
+			failures = append(failures, fmt.Sprintf("mode %s: assumption %q broken but no violation found", m, *breakFlag))
 			failed = true
 		}
 	}
@@ -111,6 +115,7 @@ func main() {
 					m, b, res.Report.Acquisitions, join(caught), join(missing), len(res.Report.Violations))
 				if len(missing) > 0 {
 					save(*dump, res)
+					failures = append(failures, fmt.Sprintf("broken mode %s assumption %s: missed by %s", m, b, join(missing)))
 					failed = true
 				}
 			}
@@ -118,6 +123,13 @@ func main() {
 	}
 	fmt.Printf("chaos: %d mode(s) in %s\n", len(modes), time.Since(start).Round(time.Second))
 	if failed {
+		for i, f := range failures {
+			if i == 20 {
+				fmt.Printf("chaos: FAILED: ... and %d more\n", len(failures)-i)
+				break
+			}
+			fmt.Printf("chaos: FAILED: %s\n", f)
+		}
 		os.Exit(1)
 	}
 }

@@ -1,0 +1,53 @@
+package chaos
+
+import (
+	"context"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/setnxlock/setnxlock/internal/faultproxy"
+	"github.com/setnxlock/setnxlock/internal/redisproc"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// go-redis retries a command whose reply timed out inside the call a hook
+// wraps: a SETNX applied by its first try, its reply lost, is answered 0
+// by its retry and looks like a refusal. The trace must count it in
+// doubt, or a bare timestamp's writer waiting out its own lease is taken
+// for a waiter on a key nobody holds (formats mode, a 988ms "free wait").
+func TestAWriteRetriedAfterALostReplyIsInDoubt(t *testing.T) {
+	bin, err := redisBinary()
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("CI needs redis-server: %v", err)
+		}
+		t.Skipf("no redis-server: %v", err)
+	}
+	server, err := redisproc.Start(redisproc.Config{Bin: bin, Dir: t.TempDir()})
+	require.NoError(t, err)
+	defer server.Kill()
+	const timeout = 50 * time.Millisecond
+	for _, c := range []struct {
+		hook  traceHook
+		doubt bool
+	}{{traceHook{}, false}, {traceHook{retried: timeout}, true}} {
+		proxy, err := faultproxy.New(server.Addr(), faultproxy.Faults{})
+		require.NoError(t, err)
+		proxy.LoseReplies(func(command string, nth int) bool { return command == "setnx" && nth == 1 })
+		client := redis.NewClient(&redis.Options{Addr: proxy.Addr(), ReadTimeout: timeout, MaxRetries: 3})
+		client.AddHook(c.hook)
+		trace := &callTrace{}
+		ctx, cancel := context.WithTimeout(context.WithValue(context.Background(), callKey{}, trace), 5*time.Second)
+		created, err := client.Do(ctx, "setnx", "k", "v").Int()
+		cancel()
+		require.NoError(t, err, "the retry hides the lost reply")
+		assert.Zero(t, created, "the retry finds the value its first try wrote")
+		assert.Equal(t, c.doubt, trace.doubt.Load(), "retried after %s", c.hook.retried)
+		require.NoError(t, client.Del(context.Background(), "k").Err())
+		require.NoError(t, client.Close())
+		proxy.Close()
+	}
+}
