@@ -49,6 +49,7 @@ func newClient(raw string) (redis.UniversalClient, error) {
 		if err != nil {
 			return nil, fmt.Errorf("--url %q: %w", raw, err)
 		}
+		opts.DialerRetries = quickDial(opts.DialerRetries)
 		return redis.NewClient(opts), nil
 	case "redis+sentinel", "rediss+sentinel":
 		opts, err := redis.ParseFailoverURL(strings.TrimSuffix(scheme, "+sentinel") + "://" + rest)
@@ -59,12 +60,14 @@ func newClient(raw string) (redis.UniversalClient, error) {
 			return nil, fmt.Errorf("--url %q: a Sentinel URL names its primary with ?master_name=NAME", raw)
 		}
 		opts.Username, opts.Password = opts.SentinelUsername, opts.SentinelPassword
+		opts.DialerRetries = quickDial(opts.DialerRetries)
 		return redis.NewFailoverClient(opts), nil
 	case "redis+cluster", "rediss+cluster":
 		opts, err := redis.ParseClusterURL(strings.TrimSuffix(scheme, "+cluster") + "://" + rest)
 		if err != nil {
 			return nil, fmt.Errorf("--url %q: %w", raw, err)
 		}
+		opts.DialerRetries = quickDial(opts.DialerRetries)
 		return redis.NewClusterClient(opts), nil
 	}
 	return nil, fmt.Errorf("--url %q: unknown scheme %q (redis, rediss, unix, redis+sentinel, rediss+sentinel, redis+cluster, rediss+cluster)", raw, scheme)
@@ -77,4 +80,15 @@ func redactURL(raw string) string {
 		return "the server"
 	}
 	return u.Redacted()
+}
+
+// quickDial is the dial attempts per command: one unless the URL says
+// (?dialer_retries=N). go-redis's default of 5, times its command retries,
+// would keep a run waiting seconds on a server that is down, where the
+// issue wants exit 69 at once; commands are still retried (max_retries).
+func quickDial(fromURL int) int {
+	if fromURL != 0 {
+		return fromURL
+	}
+	return 1
 }
