@@ -89,6 +89,7 @@ func acquire(opts runOptions, locker *setnxlock.Locker, sigs <-chan os.Signal, o
 
 	lock, err := locker.TryAcquire(ctx, opts.key)
 	if errors.Is(err, setnxlock.ErrNotAcquired) && !opts.nonblock {
+		out.say("waiting")
 		waitCtx := ctx
 		if opts.waitSet {
 			var cancelWait context.CancelFunc

@@ -38,8 +38,7 @@ func (r *reporter) say(format string, args ...any) {
 // with milliseconds, the resolution of the stored values.
 func stamp(t time.Time) string { return t.UTC().Format("2006-01-02T15:04:05.000Z07:00") }
 
-// Observe reports the Locker's events with -v; contention once, as
-// "waiting".
+// Observe reports the Locker's events with -v; contention once.
 func (r *reporter) Observe(e setnxlock.Event) {
 	switch e.Kind {
 	case setnxlock.EventContended:
@@ -48,7 +47,7 @@ func (r *reporter) Observe(e setnxlock.Event) {
 		r.waiting = true
 		r.mu.Unlock()
 		if first {
-			r.say("held by another client until %s: waiting", stamp(e.ExpiresAt))
+			r.say("held by another client until %s", stamp(e.ExpiresAt))
 		}
 	case setnxlock.EventAcquired, setnxlock.EventRecovered:
 		how := "acquired"
