@@ -12,13 +12,19 @@ MODE                ?= all
 SOAK_DURATION       ?= 10m
 TEST_TIMEOUT        ?= 5m
 
-.PHONY: test demo worker lint bench chaos soak fuzz interop-cronlock
+.PHONY: test demo worker lint bench chaos soak fuzz interop-cronlock cli
 
 ## test: every test, with the race detector, on miniredis and on redis-server processes the tests start; a hang fails within TEST_TIMEOUT, printing every goroutine
 test:
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
 	@# internal/chaos is a module of its own (Porcupine stays out of the library's go.mod)
 	cd internal/chaos && $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
+	@# cmd/setnxlock is a module of its own too (pflag stays out of the library's go.mod); its tests run the built binary
+	cd cmd/setnxlock && $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
+
+## cli: the command-line tool, built from this clone into bin/setnxlock (version from git describe)
+cli:
+	cd cmd/setnxlock && $(GO) build -ldflags "-X main.version=$$(git describe --tags --always --dirty 2>/dev/null || echo devel)" -o ../../bin/setnxlock .
 
 ## chaos: the fault-injection harness in every mode (MODE=default for one), >= 10^4 acquisitions each, then every assumption broken in each; fails on any violation or liveness failure, or a broken assumption not caught (docs/RELIABILITY.md)
 chaos:
@@ -42,6 +48,7 @@ lint:
 	$(GO) vet ./...
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
 	cd internal/chaos && $(GO) vet ./... && $(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
+	cd cmd/setnxlock && $(GO) vet ./... && $(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
 
 ## bench: Go benchmarks, the uncontended ratio to a raw SETNX+DEL loop, then bench/ against bsm/redislock, redsync and sync.Mutex (writes docs/BENCHMARKS.md, docs/benchmarks.png; BENCH_FLAGS='-duration=2s -rounds=3' to change)
 bench:

@@ -42,7 +42,8 @@
 // refresh.go. What the server and user allow is capabilities.go, read from
 // replies by their error code (replies.go). Keys and channel names:
 // keys.go. Values: value.go (reading), format.go (writing). Also: clock.go,
-// serverclock.go, fencing.go, observer.go, options.go, errors.go.
+// serverclock.go, fencing.go, observer.go, options.go, errors.go; status.go
+// reads a key from the outside (Status) and breaks it (ForceRelease).
 //
 // # Hazards
 //

@@ -426,3 +426,28 @@ func ExampleLocker_Close() {
 	// Output:
 	// second worker holds lock.queue
 }
+
+// What a key holds, read from the outside, and an operator's override.
+func ExampleLocker_Status() {
+	client, done := newClient()
+	defer done()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+
+	locker, _ := setnxlock.New(client, setnxlock.WithFormat(setnxlock.UnixSeconds))
+	_, _ = locker.TryAcquire(ctx, "lock.report")
+	status, err := locker.Status(ctx, "lock.report")
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println("held:", status.Held, "format:", status.Format, "waiters:", status.Waiters)
+
+	deleted, _ := locker.ForceRelease(ctx, "lock.report") // whoever holds it
+	fmt.Println("deleted a lease in", deleted.Format)
+	status, _ = locker.Status(ctx, "lock.report")
+	fmt.Println("exists:", status.Exists)
+	// Output:
+	// held: true format: UnixSeconds waiters: 0
+	// deleted a lease in UnixSeconds
+	// exists: false
+}

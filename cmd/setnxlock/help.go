@@ -1,0 +1,97 @@
+package main
+
+// The help texts. Flag descriptions come from the flag sets; these say
+// what the commands do, with examples.
+
+const mainHelp = `setnxlock: Redis locks for scripts and cron, across machines
+
+Usage:
+  setnxlock run [flags] KEY -- COMMAND [ARG...]   run COMMAND while holding the lock KEY
+  setnxlock run [flags] KEY -c 'shell command'    the same, with /bin/sh -c
+  setnxlock status [--json] KEY                   what KEY holds: exit 0 held, 3 free, 4 not a lock
+  setnxlock release --force KEY                   delete KEY whoever holds it: exit 0, or 3 if nothing
+  setnxlock version
+
+Every command takes --url URL (env SETNXLOCK_URL). 'setnxlock run --help' has
+the flags of run and its exit statuses.
+
+` + urlHelp + `
+
+Examples:
+  # cron, on every machine: at most one report every 5 minutes across the fleet
+  */5 * * * * setnxlock run -n --min-hold 1m nightly-report -- /usr/local/bin/report
+  setnxlock run -w 2.5 deploy -- ./deploy.sh production
+  setnxlock status --json --url rediss://ops:secret@redis.internal:6380/0 nightly-report
+`
+
+const runHelp = `Usage:
+  setnxlock run [flags] KEY -- COMMAND [ARG...]
+  setnxlock run [flags] KEY -c 'shell command'
+
+Takes the lock KEY (waiting for it unless -n or -w says otherwise), runs
+COMMAND in a process group of its own while renewing the lease every TTL/3,
+then releases the lock. Flags may come before or after KEY; everything after
+-- is the command. The command's environment gets SETNXLOCK_KEY,
+SETNXLOCK_EXPIRES_AT (RFC 3339, the lease's end at start) and, with
+--fencing, SETNXLOCK_FENCING_TOKEN.
+
+SIGINT, SIGTERM, SIGHUP and SIGQUIT are forwarded to the command's process
+group; while still waiting they end the wait, leaving nothing in Redis. If
+the lease is lost (the key overwritten or deleted, Redis unreachable past
+the lease's end), the command's process group gets SIGTERM, then SIGKILL
+after --kill-grace; --max-runtime does the same when it runs out. If
+setnxlock itself is killed, the command gets SIGKILL (Linux) and the lock
+ends with its lease.
+
+Flags:
+%s
+Exit status:
+  the command's own      it ran and exited
+  128+N                  it died of signal N; or setnxlock got signal N while waiting
+  1 (-E N)               -n or -w gave up: the lock is held by someone else
+  75                     the lease was lost while the command ran (it was killed)
+  124                    --max-runtime ran out (the command was killed)
+  69                     Redis unreachable, or refusing, at the first attempt
+  65                     KEY holds something that is not a lock value (left alone)
+  126, 127               COMMAND could not be executed, or was not found
+  64                     bad usage; nothing was sent to Redis
+
+Examples:
+  setnxlock run -n --min-hold 1m nightly-report -- /usr/local/bin/report
+  setnxlock run -w 30s --ttl 10s backup -c 'pg_dump app | gzip > /backup/app.gz'
+  setnxlock run --fencing migrate -- sh -c 'migrate --fence "$SETNXLOCK_FENCING_TOKEN"'
+  setnxlock run --format seconds -E 0 cronjob -- ./job   # shares keys with kvz/cronlock
+`
+
+const statusHelp = `Usage:
+  setnxlock status [--json] KEY
+
+Says what KEY holds, writing nothing: a live lease, an expired one, nothing,
+or something that is not a lock value. --json prints one object:
+  {"key":..., "held":bool, "expires_at":RFC 3339 or null,
+   "format":"token"|"millis"|"seconds"|"float"|"foreign"|null,
+   "waiters":N, "value":the stored string or null}
+Exit status: 0 held, 3 free (missing, or a lease that has ended), 4 not a
+lock value, 69 Redis unreachable, 64 bad usage.
+
+Flags:
+%s
+Example:
+  setnxlock status --json nightly-report
+`
+
+const releaseHelp = `Usage:
+  setnxlock release --force KEY
+
+Deletes the lock KEY whoever holds it, and prints what it deleted. The
+holder is not told: a setnxlock run holding it notices at its next renewal,
+kills its command and exits 75. A key that holds something that is not a
+lock value is left alone. The fencing counter is kept.
+Exit status: 0 deleted, 3 nothing to delete, 4 not a lock value (left
+alone), 69 Redis unreachable, 64 bad usage (--force is required).
+
+Flags:
+%s
+Example:
+  setnxlock release --force nightly-report
+`

@@ -1,0 +1,130 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/setnxlock/setnxlock"
+)
+
+// forwarded are the signals run catches: while waiting they end the wait,
+// once the command runs they are sent on to its process group.
+var forwarded = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT}
+
+// runCommand is setnxlock run: take the lock, run the command under it,
+// give the lock up.
+func runCommand(args []string, stdout, stderr io.Writer) (int, error) {
+	opts, help, err := parseRun(args, stdout)
+	if err != nil || help {
+		return exitOK, err
+	}
+	// Caught before anything is sent, so that no signal finds a wait or a
+	// lease without us cleaning up.
+	sigs := make(chan os.Signal, 8)
+	signal.Notify(sigs, forwarded...)
+	defer signal.Stop(sigs)
+
+	client, err := newClient(opts.url)
+	if err != nil {
+		return exitOK, usageIn("run", err)
+	}
+	defer client.Close()
+	out := &reporter{w: stderr, key: opts.key, verbose: opts.verbose}
+	lockerOpts := []setnxlock.Option{
+		setnxlock.WithTTL(opts.ttl), setnxlock.WithFormat(opts.format), setnxlock.WithObserver(out),
+	}
+	if opts.fencing {
+		lockerOpts = append(lockerOpts, setnxlock.WithFencing())
+	}
+	locker, err := setnxlock.New(client, lockerOpts...)
+	if err != nil {
+		return exitOK, usageIn("run", err)
+	}
+	defer locker.Close() // no subscription outlives the run
+
+	lock, code := acquire(opts, locker, sigs, out)
+	if lock == nil {
+		return code, nil
+	}
+	return supervise(opts, lock, sigs, out), nil
+}
+
+// acquire takes the lock: one attempt, which must reach Redis (exit 69
+// otherwise), then, unless -n, a wait that -w bounds and the forwarded
+// signals end. It returns the lock, or nil and the exit status.
+func acquire(opts runOptions, locker *setnxlock.Locker, sigs <-chan os.Signal, out *reporter) (*setnxlock.Lock, int) {
+	start := time.Now()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	// The watcher ends the wait on a signal; it is stopped, and its
+	// verdict read, before the command starts, so that from then on every
+	// signal is forwarded.
+	interrupted := make(chan os.Signal, 1)
+	stopWatching := make(chan struct{})
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		select {
+		case s := <-sigs:
+			interrupted <- s
+			cancel()
+		case <-stopWatching:
+		}
+	}()
+	stopWatch := func() os.Signal {
+		close(stopWatching)
+		<-watched // bounded: the watcher returns as soon as stopWatching is closed
+		select {
+		case s := <-interrupted:
+			return s
+		default:
+			return nil
+		}
+	}
+
+	lock, err := locker.TryAcquire(ctx, opts.key)
+	if errors.Is(err, setnxlock.ErrNotAcquired) && !opts.nonblock {
+		out.say("waiting")
+		waitCtx := ctx
+		if opts.waitSet {
+			var cancelWait context.CancelFunc
+			waitCtx, cancelWait = context.WithDeadline(ctx, start.Add(opts.wait))
+			defer cancelWait()
+		}
+		lock, err = locker.Acquire(waitCtx, opts.key)
+	}
+	if s := stopWatch(); s != nil {
+		if lock != nil { // won as the signal came: give it back
+			releaseQuietly(lock)
+		}
+		out.say("interrupted by %v while waiting", s)
+		return nil, exitSignalBase + int(s.(syscall.Signal))
+	}
+	switch {
+	case err == nil:
+		return lock, exitOK
+	case errors.Is(err, setnxlock.ErrNotAcquired):
+		out.say("not acquired (%v): exit %d", err, opts.conflict)
+		return nil, opts.conflict
+	case errors.Is(err, setnxlock.ErrNotLockValue):
+		out.warn("the key holds something that is not a lock value; left alone: %v", err)
+		return nil, exitForeignKey
+	}
+	out.warn("cannot take the lock at %s: %v", redactURL(opts.url), err)
+	return nil, exitUnavailable
+}
+
+// releaseQuietly gives up a lock that will not be used, within a bound.
+func releaseQuietly(lock *setnxlock.Lock) {
+	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
+	defer cancel()
+	_ = lock.Release(ctx)
+}
+
+// releaseTimeout bounds each round trip run makes after the command ended.
+const releaseTimeout = 5 * time.Second

@@ -1,0 +1,110 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/setnxlock/setnxlock"
+)
+
+// runOptions is a parsed and checked setnxlock run.
+type runOptions struct {
+	url        string
+	key        string
+	argv       []string // the command; /bin/sh -c ... for -c
+	nonblock   bool
+	wait       time.Duration // 0 with waitSet: as -n
+	waitSet    bool
+	conflict   int
+	ttl        time.Duration
+	format     setnxlock.Format
+	fencing    bool
+	minHold    time.Duration
+	killGrace  time.Duration
+	maxRuntime time.Duration // 0: none
+	verbose    bool
+}
+
+// formats maps --format's names to the library's formats.
+var formats = map[string]setnxlock.Format{
+	"token":   setnxlock.TokenFormat,
+	"millis":  setnxlock.UnixMillis,
+	"seconds": setnxlock.UnixSeconds,
+	"float":   setnxlock.FloatSeconds,
+}
+
+// parseRun reads run's arguments. It returns help=true for --help, and a
+// usageError for anything wrong, having touched nothing.
+func parseRun(args []string, stdout io.Writer) (opts runOptions, help bool, err error) {
+	fs := newFlagSet("run")
+	url := urlFlag(fs)
+	fs.BoolVarP(&opts.nonblock, "nonblock", "n", false, "fail at once if the lock is held (exit with the conflict code)")
+	var wait secondsOrDuration
+	fs.VarP(&wait, "wait", "w", "give up after this long: 2.5 (seconds) or 1m30s; default: wait until acquired")
+	fs.Var(&wait, "timeout", "the same as --wait, flock(1)'s name for it")
+	_ = fs.MarkHidden("timeout")
+	fs.IntVarP(&opts.conflict, "conflict-exit-code", "E", exitConflict, "the exit status when -n or -w gives up")
+	fs.DurationVar(&opts.ttl, "ttl", 30*time.Second, "the lease, renewed every TTL/3 while the command runs")
+	format := fs.String("format", "token", "the stored value: token, millis, seconds (kvz/cronlock, the SETNX page) or float")
+	fs.BoolVar(&opts.fencing, "fencing", false, "draw a fencing token, in SETNXLOCK_FENCING_TOKEN")
+	fs.DurationVar(&opts.minHold, "min-hold", 0, "hold the lock at least this long after acquiring it: the lease is left to end then")
+	fs.DurationVar(&opts.killGrace, "kill-grace", 5*time.Second, "after SIGTERM to the command (lease lost, --max-runtime), SIGKILL after this")
+	fs.DurationVar(&opts.maxRuntime, "max-runtime", 0, "kill the command after this long (exit 124); default: no limit")
+	fs.BoolVarP(&opts.verbose, "verbose", "v", false, "say on stderr when it waits, acquires, renews, loses and releases")
+	shell := fs.StringP("command", "c", "", "run this with /bin/sh -c instead of a COMMAND after --")
+	fs.BoolVarP(&help, "help", "h", false, "this help")
+	if err := fs.Parse(args); err != nil {
+		return opts, false, usageIn("run", err)
+	}
+	if help {
+		fmt.Fprintf(stdout, runHelp, fs.FlagUsages())
+		return opts, true, nil
+	}
+	opts.url = *url
+	opts.wait, opts.waitSet = wait.d, wait.set
+
+	positional, command := fs.Args(), []string(nil)
+	if dash := fs.ArgsLenAtDash(); dash >= 0 {
+		positional, command = fs.Args()[:dash], fs.Args()[dash:]
+	}
+	switch {
+	case len(positional) == 0:
+		return opts, false, usageIn("run", errors.New("run needs a KEY"))
+	case len(positional) > 1:
+		return opts, false, usageIn("run", fmt.Errorf("run takes one KEY, then -- COMMAND; got %q (put the command after --)", positional))
+	case positional[0] == "":
+		return opts, false, usageIn("run", errors.New("KEY is empty"))
+	}
+	opts.key = positional[0]
+	switch {
+	case fs.Changed("command") && command != nil:
+		return opts, false, usageIn("run", errors.New("give either -c 'shell command' or -- COMMAND, not both"))
+	case fs.Changed("command") && *shell == "":
+		return opts, false, usageIn("run", errors.New("-c needs a shell command"))
+	case fs.Changed("command"):
+		opts.argv = []string{"/bin/sh", "-c", *shell}
+	case len(command) == 0 || command[0] == "":
+		return opts, false, usageIn("run", errors.New("run needs a command: KEY -- COMMAND [ARG...], or KEY -c 'shell command'"))
+	default:
+		opts.argv = command
+	}
+
+	f, ok := formats[*format]
+	switch {
+	case !ok:
+		return opts, false, usageIn("run", fmt.Errorf("--format %q: want token, millis, seconds or float", *format))
+	case opts.nonblock && opts.waitSet:
+		return opts, false, usageIn("run", errors.New("give -n or -w, not both"))
+	case opts.conflict < 0 || opts.conflict > 255:
+		return opts, false, usageIn("run", fmt.Errorf("--conflict-exit-code %d: want 0 to 255", opts.conflict))
+	case opts.ttl < 3*time.Millisecond:
+		return opts, false, usageIn("run", fmt.Errorf("--ttl %v: want at least 3ms, so that TTL/3 renewals are possible", opts.ttl))
+	case opts.minHold < 0 || opts.killGrace < 0 || opts.maxRuntime < 0:
+		return opts, false, usageIn("run", errors.New("--min-hold, --kill-grace and --max-runtime cannot be negative"))
+	}
+	opts.format = f
+	opts.nonblock = opts.nonblock || opts.waitSet && opts.wait == 0 // -w 0 is -n, as in flock(1)
+	return opts, false, nil
+}
