@@ -99,7 +99,7 @@ func formatOf(value string) Format {
 	switch {
 	case strings.Contains(number, "."):
 		return FloatSeconds
-	case len(number) < len("100000000000"): // below 1e11: seconds
+	case isWholeSeconds(number):
 		return UnixSeconds
 	case tokenOf(value) != "":
 		return TokenFormat

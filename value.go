@@ -86,11 +86,17 @@ func heldUntil(value string) (time.Time, error) {
 	if err != nil {
 		return time.Time{}, err
 	}
-	number, _ := leadingNumber(value)
-	if n, err := strconv.ParseInt(number, 10, 64); err == nil && n < secondsMillisBoundary {
-		return expiry.Add(time.Second), nil // whole seconds: no '.', below the milliseconds
+	if number, _ := leadingNumber(value); isWholeSeconds(number) {
+		return expiry.Add(time.Second), nil
 	}
 	return expiry, nil
+}
+
+// isWholeSeconds reports whether a value's leading number is a whole
+// number of Unix seconds: no '.', below the milliseconds.
+func isWholeSeconds(number string) bool {
+	n, err := strconv.ParseInt(number, 10, 64)
+	return err == nil && n < secondsMillisBoundary
 }
 
 // leadingNumber returns the decimal number the value starts with: digits,
