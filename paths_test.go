@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/setnxlock/setnxlock/internal/await"
+	"github.com/setnxlock/setnxlock/internal/faultproxy"
 )
 
 // lockPath is one way a Locker talks to Redis (path.go), chosen by the
@@ -206,6 +207,45 @@ func TestAReleaseBeforeTheSubscriptionIsNotMissed(t *testing.T) {
 		require.NoError(t, err)
 		require.NoError(t, lock.Release(ctx))
 	})
+}
+
+// Nothing blocks a wait: a waiter woken by pub/sub (it does not queue:
+// fencing, command-only, classic) whose SUBSCRIBE confirmation is lost (a
+// half-open connection) used to sit in the subscription until its timeout
+// (2s by default; the chaos harness saw a free key wait 296ms for it). The
+// subscription is now made in the background and the wait polls meanwhile,
+// so it takes the key once it is released, with the confirmation an hour
+// away.
+func TestAWaitPollsWhileItsSubscriptionIsConfirmed(t *testing.T) {
+	patient := func(c *config) error { c.subscribeTimeout = time.Hour; return nil }
+	for _, kind := range []struct {
+		name string
+		opt  Option
+	}{{"fencing", WithFencing()}, {"commands", WithoutScripts()}, {"classic", WithClassicCommands()}} {
+		t.Run(kind.name, func(t *testing.T) {
+			onEachBackend(t, func(t *testing.T, b *backend) {
+				p := faultproxy.Start(t, b.addr)
+				l := b.lockerOn(t, b.clientThrough(t, p), kind.opt, patient, WithBackoff(time.Millisecond, 10*time.Millisecond))
+				holder, err := b.locker(t, kind.opt).TryAcquire(ctx, "lock.k")
+				require.NoError(t, err)
+				p.LoseReplies(func(command string, nth int) bool { return command == "subscribe" })
+				waitCtx, cancel := context.WithCancel(ctx) // no deadline: only the key ends the wait
+				t.Cleanup(cancel)
+				result := make(chan error, 1)
+				go func() {
+					lock, err := l.Acquire(waitCtx, "lock.k")
+					if err == nil {
+						err = lock.Release(ctx)
+					}
+					result <- err
+				}()
+				require.Eventually(t, func() bool { return p.Count("subscribe") == 1 }, 5*time.Second, time.Millisecond, "the wait subscribing")
+
+				require.NoError(t, holder.Release(ctx))
+				require.NoError(t, await.Recv(t, result, "the wait's Acquire once the key was released, its subscription unconfirmed"))
+			})
+		})
+	}
 }
 
 // Mutual exclusion on every path, with real time, wake-ups and several

@@ -11,9 +11,12 @@ import (
 // (handoff.go, queue.go); otherwise it subscribes to the key's wake-ups
 // (wakeup.go). Either way it attempts again when woken, when the holder's
 // lease ends, and on a timer in case a message is lost: announcedPoll while
-// queued, else exponential backoff with jitter (WithBackoff). No release
-// can go unheard: the wait listens first and attempts once more before it
-// sleeps, so a release before that attempt is seen by it, and one after is
+// queued, else exponential backoff with jitter (WithBackoff). A
+// subscription is made in the background, and the wait polls on its
+// backoff until it is confirmed, so a slow or lost confirmation costs
+// nothing on a key freed meanwhile. No release can go unheard: once the
+// subscription is confirmed the wait attempts once more before it relies
+// on it, so a release before that attempt is seen by it, and one after is
 // heard.
 type waiting struct {
 	l       *Locker
@@ -91,13 +94,13 @@ func (w *waiting) leaveQueue(ctx context.Context) {
 
 // refused is called after an attempt was refused by a live lease. The
 // first time, the wait starts listening, and it reports whether to attempt
-// again at once: no release can go unheard from now on. A queued attempt
+// again at once: whether it listens already. A queued attempt
 // that could not queue on the key (its queue is not a sorted set, say)
 // ends the wait's queueing.
 func (w *waiting) refused(ctx context.Context, r refusal) bool {
 	if r.unqueued && w.sub != nil {
 		w.stopQueueing(ctx)
-		return w.wake != nil
+		return false // it attempts again once its wake-ups are confirmed
 	}
 	if w.listening {
 		return false
@@ -108,7 +111,7 @@ func (w *waiting) refused(ctx context.Context, r refusal) bool {
 		return w.sub.live() // usually not yet: sleep until it is
 	}
 	w.wake = w.l.subscribe(ctx, w.key)
-	return w.wake != nil
+	return false // usually not yet confirmed: sleep until it is
 }
 
 // won ends a wait whose attempt took the key. The winning write took the
@@ -144,7 +147,7 @@ func (w *waiting) sleep(ctx context.Context, refused refusal) error {
 		wait, ready = w.backoff.next(), w.sub.ready
 	default:
 		wait = w.backoff.next()
-		if w.wake != nil && refused.announced {
+		if w.wake.listening() && refused.announced {
 			// The holder will announce its release: polling would only
 			// load Redis. Poll rarely, in case the announcement is lost.
 			wait = max(wait, announcedPoll)
@@ -162,6 +165,8 @@ func (w *waiting) sleep(ctx context.Context, refused refusal) error {
 	case <-handed:
 	case <-ready:
 	case <-ended:
+	case <-w.wake.confirming():
+		w.wake.confirmed() // attempt at once: a release before the confirmation went unheard
 	case <-w.wake.announced():
 		w.wake.drain() // one attempt answers every release announced so far
 	}

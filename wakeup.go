@@ -22,28 +22,42 @@ import (
 // expiry still cuts the wait short.
 const announcedPoll = 50 * time.Millisecond
 
-// wakeup is one Acquire's subscription to its key's releases.
+// wakeup is one Acquire's subscription to its key's releases. It is made
+// in the background: until it is confirmed the wait polls on its backoff,
+// so a SUBSCRIBE whose confirmation is late or lost (a half-open
+// connection) never holds up a wait on a key that is free meanwhile.
 type wakeup struct {
-	pubsub   *redis.PubSub
-	messages <-chan *redis.Message // nil once the subscription is gone
+	cancel context.CancelFunc // ends a subscription still being made
+	ready  chan struct{}      // closed once the subscription is confirmed or has failed
+	pubsub *redis.PubSub      // written before ready is closed; nil when it failed
+
+	// Owned by the waiting goroutine.
+	seen     bool                  // the wait has learned that ready is closed
+	messages <-chan *redis.Message // nil until seen, and once the subscription is gone
 }
 
-// subscribe listens for releases of key. It returns nil, and the wait
-// polls, when pub/sub is unavailable; a refusal by the server or ACL turns
-// wake-ups off for the Locker. The confirmation is awaited at most the
-// Locker's subscribe timeout, and no longer than ctx, so a subscription
-// that hangs never holds up the wait.
+// subscribe starts listening for releases of key and returns at once; it
+// returns nil, and the wait only polls, when pub/sub is unavailable. A
+// refusal by the server or ACL turns wake-ups off for the Locker. The
+// confirmation is awaited at most the Locker's subscribe timeout, and no
+// longer than ctx or the wakeup's close.
 func (l *Locker) subscribe(ctx context.Context, key string) *wakeup {
 	if !l.caps.allows(capPubSub) {
 		return nil
 	}
-	pubsub := l.client.Subscribe(ctx, WakeChannel(key))
-	if err := confirmSubscription(ctx, pubsub, l.cfg.subscribeTimeout); err != nil {
-		_ = pubsub.Close()
-		l.caps.narrow(capPubSub, err)
-		return nil
-	}
-	return &wakeup{pubsub: pubsub, messages: pubsub.Channel()}
+	ctx, cancel := context.WithCancel(ctx)
+	w := &wakeup{cancel: cancel, ready: make(chan struct{})}
+	go func() {
+		defer close(w.ready)
+		pubsub := l.client.Subscribe(ctx, WakeChannel(key))
+		if err := confirmSubscription(ctx, pubsub, l.cfg.subscribeTimeout); err != nil {
+			_ = pubsub.Close()
+			l.caps.narrow(capPubSub, err)
+			return
+		}
+		w.pubsub = pubsub
+	}()
+	return w
 }
 
 // confirmSubscription waits for pubsub's confirmation at most timeout, and
@@ -66,8 +80,33 @@ func confirmSubscription(ctx context.Context, pubsub *redis.PubSub, timeout time
 	}
 }
 
+// confirming returns a channel that is ready once the subscription is
+// confirmed or has failed, and that the wait has not yet seen ready: the
+// wait then attempts at once, so that a release between its last attempt
+// and the confirmation is not left unheard. Nil (never ready) otherwise.
+func (w *wakeup) confirming() <-chan struct{} {
+	if w == nil || w.seen {
+		return nil
+	}
+	return w.ready
+}
+
+// confirmed records that the wait has seen the subscription settle, and
+// starts reading its announcements if it was confirmed.
+func (w *wakeup) confirmed() {
+	w.seen = true
+	if w.pubsub != nil {
+		w.messages = w.pubsub.Channel()
+	}
+}
+
+// listening reports whether releases are announced to the wait: its
+// subscription is confirmed, the wait has attempted since (it has seen the
+// confirmation), and the subscription has not gone.
+func (w *wakeup) listening() bool { return w != nil && w.messages != nil }
+
 // announced returns the channel of announced releases: nil (never ready)
-// for a nil wakeup or one whose subscription is gone.
+// unless the wait is listening.
 func (w *wakeup) announced() <-chan *redis.Message {
 	if w == nil {
 		return nil
@@ -92,9 +131,15 @@ func (w *wakeup) drain() {
 	}
 }
 
-// close ends the subscription; a nil wakeup is fine.
+// close ends the subscription, or its making, and waits until nothing of
+// it runs; a nil wakeup is fine.
 func (w *wakeup) close() {
-	if w != nil {
+	if w == nil {
+		return
+	}
+	w.cancel()
+	<-w.ready // bounded: the cancelled context ends the confirmation (confirmSubscription)
+	if w.pubsub != nil {
 		_ = w.pubsub.Close()
 	}
 }
