@@ -80,10 +80,19 @@ type Bounds struct {
 	Lease   time.Duration
 	LeaseOf func(client string) time.Duration `json:"-"`
 	// HeldPastOf, when set, gives how long past the end of its lease a
-	// client's crashed lease may rightly keep its key: readers hold a
-	// whole second's value through the end of that second, until the
-	// safety net (H6) ends it. It is added to Recovery for that holder.
+	// client's unreleased lease (crashed, lost, its release refused) may
+	// rightly keep its key: readers hold a whole second's value through
+	// the end of that second, until the safety net (H6) ends it. It is
+	// added to Recovery for that holder, and a free wait for its key
+	// starts that much later.
 	HeldPastOf func(client string) time.Duration `json:"-"`
+	// ClaimWindow is how long a release's handoff value lasts when the
+	// waiter it names never claims it (the library's claimWindow): the
+	// documented cost of a waiter that left just as it was handed the
+	// key, or whose Locker stopped listening. A free wait the key spent
+	// holding such a value is not the library's to shorten; a handed
+	// value that states a longer lease is (heldBy).
+	ClaimWindow time.Duration
 	// Fenced: the clients use fencing tokens, so the resource's fence and
 	// the tokens' order are checked too.
 	Fenced bool
@@ -91,10 +100,16 @@ type Bounds struct {
 
 // recoveryOf is the recovery bound of a crashed lease of client.
 func (b Bounds) recoveryOf(client string) time.Duration {
+	return b.Recovery + b.heldPast(client)
+}
+
+// heldPast is how long past its end an unreleased lease of client may
+// keep its key (HeldPastOf).
+func (b Bounds) heldPast(client string) time.Duration {
 	if b.HeldPastOf != nil {
-		return b.Recovery + b.HeldPastOf(client)
+		return b.HeldPastOf(client)
 	}
-	return b.Recovery
+	return 0
 }
 
 // lease is the longest lease client writes.
@@ -147,8 +162,9 @@ type Report struct {
 	// InDoubtWaits counts waits left out of FreeWaits because a write in
 	// doubt may have held the key (Call.InDoubt); LateHolderWaits those
 	// over the bound during which the server held a lease of a holder that
-	// reported its grant late (heldBy).
-	InDoubtWaits, LateHolderWaits int
+	// reported its grant late (heldBy); UnclaimedHandoffWaits those over
+	// the bound that a handoff nobody claimed explains (Bounds.ClaimWindow).
+	InDoubtWaits, LateHolderWaits, UnclaimedHandoffWaits int
 	// InDoubtRecoveries counts recoveries left out of Recovered because a
 	// call whose write was in doubt, or whose process was killed in it,
 	// may have won the key once the crashed lease ended and held it for a

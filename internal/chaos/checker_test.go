@@ -200,7 +200,8 @@ func TestAWholeSecondsLeaseMayRightlyBeRecoveredLater(t *testing.T) {
 }
 
 // A machine so loaded that the harness itself could not run holds nobody
-// up either; overlapping stalls and downtime count once.
+// up either, nor does a server that answered nobody; overlapping stalls
+// and downtime count once.
 func TestAStalledMachineDoesNotCountAgainstTheLivenessBounds(t *testing.T) {
 	crashed := acq("a", 1, 0, 1, 200, -1)
 	crashed.Crashed = ms(50)
@@ -225,6 +226,9 @@ func TestAStalledMachineDoesNotCountAgainstTheLivenessBounds(t *testing.T) {
 	r = Check(fw, b40)
 	assert.Empty(t, r.Violations, "a 49ms free wait, 10ms of it stalled")
 	assert.Contains(t, r.FreeWaits, 39*time.Millisecond)
+
+	fw.Stalls, fw.ServerStalls = nil, []Interval{{ms(20), ms(30)}}
+	assert.Empty(t, Check(fw, b40).Violations, "a 49ms free wait, 10ms of it with the server stalled")
 }
 
 // A waiter killed inside its Acquire may have taken the crashed lease over
@@ -366,4 +370,64 @@ func TestAWaiterWhoseProcessIsStoppedIsNotWaiting(t *testing.T) {
 	r := Check(History{Acquisitions: []Acquisition{a, b}, Faults: []FaultAt{stop}, End: ms(1000)}, b100)
 	assert.Empty(t, r.Violations)
 	assert.Contains(t, r.FreeWaits, 20*time.Millisecond, "it waited from 380, when its process went on, until 400")
+}
+
+// The same holds for a waiter: a whole second's lease that its holder did
+// not release (its release found it not held, or it crashed) keeps its key
+// past its end until the safety net ends it, and a wait for the key is
+// free only from then (seen in formats mode: 261ms and 272ms against a
+// 290ms bound, each ended by the net).
+func TestAWaitForAWholeSecondsLeaseIsFreeOnlyWhenReadersLetItGo(t *testing.T) {
+	a := acq("a", 0, 0, 1, 200, -1)
+	a.Released, a.ReleaseReturned, a.Outcome = ms(100), ms(110), OutcomeNotHeld
+	b := acq("b", 0, 300, 300, 500, 310)
+	b.Called = ms(50)
+	b40 := bounds
+	b40.FreeWait = 40 * time.Millisecond
+	h := History{Acquisitions: []Acquisition{a, b}, End: ms(1000)}
+	assert.Equal(t, 1, Check(h, b40).Count(SlowFreeWait), "free from 200ms, taken at 300ms")
+
+	b40.HeldPastOf = func(client string) time.Duration {
+		if client == "a" {
+			return 80 * time.Millisecond
+		}
+		return 0
+	}
+	r := Check(h, b40)
+	assert.Empty(t, r.Violations, "a's lease is held 80ms past its end: free from 280ms")
+	assert.Contains(t, r.FreeWaits, 20*time.Millisecond)
+	h.Acquisitions[1].Granted = ms(330)
+	assert.Equal(t, 1, Check(h, b40).Count(SlowFreeWait), "50ms is over even that")
+}
+
+// A release hands the key to a waiter that has just left: the handoff's
+// value states the claim window, and the server ends it then. That costs
+// the claim window by design (the waiter that left could not decline it
+// in time), so the wait of the next waiter in line counts only from the
+// moment the value was gone.
+func TestAHandoffNobodyClaimsCostsItsClaimWindowNotAFreeWait(t *testing.T) {
+	a := acq("a", 0, 0, 1, 200, 10)
+	b := acq("b", 0, 329, 330, 630, 340)
+	b.Called = ms(5)
+	keys := []KeyState{
+		{At: ms(5), Key: "k", Value: fmt.Sprintf("%d:A", ms(200).UnixMilli()), Queue: []string{"L:W"}},
+		{At: ms(10), Key: "k", Value: fmt.Sprintf("%d:W", ms(260).UnixMilli())}, // a's release handed the key to W for 250ms
+		{At: ms(260), Key: "k", Value: ""},
+		{At: ms(330), Key: "k", Value: "b"},
+	}
+	b100 := bounds
+	b100.FreeWait, b100.ClaimWindow = 100*time.Millisecond, 250*time.Millisecond
+	h := History{Acquisitions: []Acquisition{a, b}, Keys: keys, End: ms(1000)}
+	r := Check(h, b100)
+	assert.Empty(t, r.Violations, "250ms of the wait were the claim window, 70ms were free")
+	assert.Equal(t, 1, r.UnclaimedHandoffWaits)
+
+	h.Acquisitions[1].Granted = ms(380)
+	require.Equal(t, 1, Check(h, b100).Count(SlowFreeWait), "120ms free after the claim window is over the bound")
+
+	h.Acquisitions[1].Granted = ms(330)
+	h.Keys[1].Value = fmt.Sprintf("%d:W", ms(310).UnixMilli()) // a whole lease handed out
+	r = Check(h, b100)
+	require.Equal(t, 1, r.Count(SlowFreeWait), "a handed lease longer than the claim window is not excused")
+	assert.Contains(t, r.Violations[0].Detail, "handed by a release to the queue entry L:W")
 }

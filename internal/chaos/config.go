@@ -217,6 +217,10 @@ func (c Config) recoveryBoundText() string {
 	return fmt.Sprintf("%s (+%s for a whole second's lease)", c.recoveryBound(), extra)
 }
 
+// handoffClaimWindow is the library's claimWindow (scripts.go): how long a
+// release's handoff value lasts when its waiter does not claim it.
+const handoffClaimWindow = 250 * time.Millisecond
+
 // freeWaitBound is how long a first waiter in line may wait on a key nobody
 // holds: the announced poll of a waiter whose wake-up or handoff message
 // was lost (50ms), a backoff step, the margin and the skew (by which its
@@ -236,7 +240,7 @@ func (c Config) finalBound() time.Duration {
 
 // bounds are the checks' parameters for this run.
 func (c Config) bounds() Bounds {
-	return Bounds{Recovery: c.recoveryBound(), FreeWait: c.freeWaitBound(), Takeover: c.Margin + c.Skew,
+	return Bounds{Recovery: c.recoveryBound(), FreeWait: c.freeWaitBound(), Takeover: c.Margin + c.Skew, ClaimWindow: handoffClaimWindow,
 		Lease: longestLease(c.Mode, c.TTL), Fenced: c.Mode == ModeFencing,
 		LeaseOf: func(client string) time.Duration {
 			return lockerFor(c.Mode, slotOf(client, c.Goroutines)).leaseOf(c.TTL)

@@ -11,7 +11,9 @@ import (
 )
 
 // Free waits: how long the first waiter in line waited while nobody held
-// its key. A key is free of a holder from freedBy on; it is free from the
+// its key. A key is free of a holder from freedBy on (for a lease it did
+// not release, also past what readers may rightly hold of it:
+// Bounds.HeldPastOf); it is free from the
 // latest freedBy of every holder granted so far, until the next grant.
 // At each grant, and at each Acquire that gave up, the caller waiting
 // longest among those still waiting then has waited on a free key from
@@ -83,7 +85,8 @@ func (r *Report) freeWaits(key string, acqs []Acquisition, calls []Call, down []
 			nextDoubt++
 		}
 		for ; granted < len(acqs) && acqs[granted].Granted.Before(e.at); granted++ {
-			free = later(free, acqs[granted].freedBy(b.Takeover))
+			a := acqs[granted]
+			free = later(free, a.freedBy(b.Takeover+b.heldPast(a.Client)))
 		}
 		if e.grant < 0 && !free.IsZero() && !free.Before(e.at) {
 			continue // a caller gave up while the key was held
@@ -102,9 +105,13 @@ func (r *Report) freeWaits(key string, acqs []Acquisition, calls []Call, down []
 		}
 		detail := ""
 		if b.FreeWait > 0 && wait > b.FreeWait {
-			var held bool
-			if held, detail = heldBy(states, acqs, from, e.at, b, stopped); held {
-				r.LateHolderWaits++ // a holder stopped before it could report its grant held the key
+			var held, unclaimed bool
+			if held, unclaimed, detail = heldBy(states, acqs, from, e.at, b, stopped); held {
+				if unclaimed {
+					r.UnclaimedHandoffWaits++ // a handoff nobody claimed held the key for its claim window
+				} else {
+					r.LateHolderWaits++ // a holder stopped before it could report its grant held the key
+				}
 				continue
 			}
 		}
@@ -204,18 +211,20 @@ func stoppedWhileWaiting(waiting []caller, stops []FaultAt) func(at time.Time) b
 // renewal carrying the token of a value with that expiry) or of a caller
 // stopped or killed right after it was written (stopped at that instant):
 // a holder that reported its win late or could not use it. A value that
-// replaced another's live lease was handed over by a release: held only
-// if its waiter claimed it within bound. Otherwise detail says what the
+// replaced another's live lease was handed over by a release: held if its
+// waiter claimed it within bound, and, with unclaimed, while it stated no
+// more than the claim window (Bounds.ClaimWindow): a handoff nobody
+// claimed costs that by design. Otherwise detail says what the
 // key held. Without samples (a Cluster) a caller stopped or killed at any
 // instant from a lease before from to to counts as holding.
-func heldBy(states []KeyState, acqs []Acquisition, from, to time.Time, b Bounds, stopped func(time.Time) bool) (held bool, detail string) {
+func heldBy(states []KeyState, acqs []Acquisition, from, to time.Time, b Bounds, stopped func(time.Time) bool) (held, unclaimed bool, detail string) {
 	if len(states) == 0 {
 		for at := from.Add(-b.Lease); !at.After(to); at = at.Add(sampleEvery) {
 			if stopped(at) {
-				return true, ""
+				return true, false, ""
 			}
 		}
-		return false, ""
+		return false, false, ""
 	}
 	leases := map[int64]Acquisition{}
 	for _, a := range acqs {
@@ -225,8 +234,10 @@ func heldBy(states []KeyState, acqs []Acquisition, from, to time.Time, b Bounds,
 	owner := map[string]Acquisition{} // token -> the holder that reported a lease with it: its renewals carry it too
 	for _, s := range states {
 		for _, e := range s.Queue {
-			if parts := strings.Split(e, ":"); len(parts) == 4 {
-				queued[parts[3]] = e
+			// "<Locker id>:<token>"; histories from before handoffs were
+			// provisional hold "<score>:<expiry>:<Locker id>:<token>".
+			if parts := strings.Split(e, ":"); len(parts) == 2 || len(parts) == 4 {
+				queued[parts[len(parts)-1]] = e
 			}
 		}
 		if expiry, err := parseExpiryMillis(s.Value); err == nil {
@@ -262,6 +273,11 @@ func heldBy(states []KeyState, acqs []Acquisition, from, to time.Time, b Bounds,
 			prev, err := parseExpiryMillis(states[i-1].Value)
 			handed = err == nil && states[i-1].Value != s.Value && time.UnixMilli(prev).Add(b.Takeover).After(s.At) && queued[token] != ""
 		}
+		// A handoff's value states the claim window from the release, by
+		// the releaser's clock (handon.lua, whose entries have two parts);
+		// one that states more is a lease handed out.
+		provisional := handed && strings.Count(queued[token], ":") == 1 && b.ClaimWindow > 0 &&
+			!time.UnixMilli(expiry).After(s.At.Add(b.ClaimWindow+b.Takeover))
 		claimed := ""
 		if reported {
 			claimed = fmt.Sprintf(", claimed by %s/%d %s later", holder.Client, holder.Seq, holder.Granted.Sub(s.At).Round(time.Millisecond))
@@ -275,6 +291,8 @@ func heldBy(states []KeyState, acqs []Acquisition, from, to time.Time, b Bounds,
 			if explains {
 				legit += covered // a later sample of a value judged below
 			}
+		case provisional && !reported:
+			legit, explains, unclaimed = legit+covered, true, true // it costs its claim window, by design
 		case handed && (!reported || holder.Granted.Sub(s.At) > b.FreeWait):
 			seen = append(seen, fmt.Sprintf("%s, handed by a release to the queue entry %s%s", s.Value, queued[token], claimed))
 		case reported || stopped(s.At):
@@ -286,12 +304,12 @@ func heldBy(states []KeyState, acqs []Acquisition, from, to time.Time, b Bounds,
 		}
 	}
 	if to.Sub(from)-legit <= b.FreeWait {
-		return true, ""
+		return true, unclaimed, ""
 	}
 	if len(seen) == 0 {
-		return false, "; the key was empty"
+		return false, false, "; the key was empty"
 	}
-	return false, "; the key held " + strings.Join(seen, ", then ")
+	return false, false, "; the key held " + strings.Join(seen, ", then ")
 }
 
 // parseExpiryMillis reads the expiry of a lock value in Unix milliseconds:

@@ -229,12 +229,19 @@ const linearizeTimeout = 20 * time.Second
 // every goroutine the run started is waited for. It returns the end of
 // the recorded history.
 func (h *harness) shutdown(cancelWork context.CancelFunc) time.Time {
+	// Stopping first: once recording stops the resource hangs up on a
+	// client's next write, and a client hung up on from then on was hung
+	// up on by the run's end, not by a failure (goroutineClient,
+	// processClient). Before, a loop that wrote in between failed the run
+	// with "EOF".
+	h.mu.Lock()
+	h.stopping = true
+	h.mu.Unlock()
 	end := h.rec.stop()
 	h.servers.setNetworkFaults(faultproxy.Faults{})
 	h.servers.loseRepliesTo(nil)
-	cancelWork() // before the hang-up below, so goroutine clients take it for the end
+	cancelWork()
 	h.mu.Lock()
-	h.stopping = true
 	close(h.stop)
 	for _, p := range h.procs {
 		p.kill()

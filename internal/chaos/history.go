@@ -12,6 +12,7 @@ type History struct {
 	Ops          []Op       // in the order the resource decided them
 	Downtime     []Interval // when a redis-server was down (restarts)
 	Stalls       []Interval `json:",omitempty"` // when the harness itself could not run: the machine was overloaded (stalls.go)
+	ServerStalls []Interval `json:",omitempty"` // when the server answered the key sampler late: it served nobody (stalls.go)
 	Faults       []FaultAt  // every fault but the network's, as the harness learned of it
 	Keys         []KeyState // what the server held, sampled (sampler.go); empty on a Cluster
 	End          time.Time  // when the run stopped its clients

@@ -58,12 +58,16 @@ func (r *Result) Details() string {
 		len(rec), r.Report.Unrecovered, roundDuration(Percentile(rec, 50)), roundDuration(Percentile(rec, 99)),
 		roundDuration(Percentile(rec, 100)), c.recoveryBoundText(), r.Report.InDoubtRecoveries)
 	fw := r.Report.FreeWaits
-	line("free waits=%d p50=%s p99=%s max=%s (by %s/%d) bound=%s; waits a write in doubt may explain=%d; free waits >= ttl: %d",
+	line("free waits=%d p50=%s p99=%s max=%s (by %s/%d) bound=%s; waits a write in doubt may explain=%d; over the bound, explained by a late holder=%d, by a handoff nobody claimed=%d; free waits >= ttl: %d",
 		len(fw), roundDuration(Percentile(fw, 50)), roundDuration(Percentile(fw, 99)), roundDuration(Percentile(fw, 100)),
-		r.Report.LongestFreeWait.Client, r.Report.LongestFreeWait.Seq, c.freeWaitBound(), r.Report.InDoubtWaits, countAtLeast(fw, c.TTL))
+		r.Report.LongestFreeWait.Client, r.Report.LongestFreeWait.Seq, c.freeWaitBound(), r.Report.InDoubtWaits,
+		r.Report.LateHolderWaits, r.Report.UnclaimedHandoffWaits, countAtLeast(fw, c.TTL))
 	stalled, longest := stallTotal(r.History.Stalls)
 	line("machine stalls (the harness unscheduled >%s, not counted by the liveness checks): n=%d total=%s longest=%s",
 		stallThreshold, len(r.History.Stalls), roundDuration(stalled), roundDuration(longest))
+	stalled, longest = stallTotal(r.History.ServerStalls)
+	line("server stalls (a key sample answered >%s late, not counted by the liveness checks): n=%d total=%s longest=%s",
+		stallThreshold, len(r.History.ServerStalls), roundDuration(stalled), roundDuration(longest))
 	f := r.Final
 	line("after the faults: every key acquired within %s (bound %s), queues drained in %s, goroutines %d before, %d after",
 		roundDuration(f.Slowest), f.Bound, roundDuration(f.Drained), f.Goroutines[0], f.Goroutines[1])

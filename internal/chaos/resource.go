@@ -21,22 +21,23 @@ import (
 // recorder holds the history as it is recorded. It is safe for concurrent
 // use.
 type recorder struct {
-	mu       sync.Mutex
-	stopped  bool
-	acqs     map[AcqID]*Acquisition
-	order    []AcqID         // acquisitions in the order they were reported
-	pending  map[AcqID]*Call // Acquire calls in progress
-	calls    []Call          // Acquire calls that returned no lock
-	ops      []Op
-	maxToken map[string]int64
-	down     []Interval
-	stalls   []Interval     // the harness's own scheduling stalls (stalls.go)
-	stale    int            // writes refused
-	fails    []string       // Acquire errors
-	releases map[string]int // Release outcomes
-	faults   map[string]int // faults, by kind
-	faultLog []FaultAt
-	states   []KeyState
+	mu           sync.Mutex
+	stopped      bool
+	acqs         map[AcqID]*Acquisition
+	order        []AcqID         // acquisitions in the order they were reported
+	pending      map[AcqID]*Call // Acquire calls in progress
+	calls        []Call          // Acquire calls that returned no lock
+	ops          []Op
+	maxToken     map[string]int64
+	down         []Interval
+	stalls       []Interval     // the harness's own scheduling stalls (stalls.go)
+	serverStalls []Interval     // the server's, as the key sampler saw them (stalls.go)
+	stale        int            // writes refused
+	fails        []string       // Acquire errors
+	releases     map[string]int // Release outcomes
+	faults       map[string]int // faults, by kind
+	faultLog     []FaultAt
+	states       []KeyState
 
 	// onAcquired is called, without mu, with the number of acquisitions
 	// recorded so far.
@@ -233,6 +234,14 @@ func (r *recorder) stalled(i Interval) {
 	}
 }
 
+func (r *recorder) serverStalled(i Interval) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.stopped {
+		r.serverStalls = append(r.serverStalls, i)
+	}
+}
+
 // stop ends the recording: later reports are ignored, since the run's end
 // cuts them short.
 func (r *recorder) stop() time.Time {
@@ -247,8 +256,8 @@ func (r *recorder) history(mode string, end time.Time) History {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	h := History{Mode: mode, End: end, Ops: append([]Op(nil), r.ops...), Downtime: append([]Interval(nil), r.down...),
-		Stalls: append([]Interval(nil), r.stalls...),
-		Calls:  append([]Call(nil), r.calls...), Faults: append([]FaultAt(nil), r.faultLog...),
+		Stalls: append([]Interval(nil), r.stalls...), ServerStalls: append([]Interval(nil), r.serverStalls...),
+		Calls: append([]Call(nil), r.calls...), Faults: append([]FaultAt(nil), r.faultLog...),
 		Keys: append([]KeyState(nil), r.states...)}
 	for _, id := range r.order {
 		h.Acquisitions = append(h.Acquisitions, *r.acqs[id])

@@ -47,12 +47,14 @@ func (h *harness) sample() {
 		for i, k := range names {
 			gets[i], queues[i] = pipe.Get(ctx, k), pipe.ZRange(ctx, waitersKey(k), 0, -1)
 		}
+		sent := time.Now()
 		_, _ = pipe.Exec(ctx) // each command's own error says whether its sample failed
 		at := time.Now()
+		answered := true
 		for i, k := range names {
 			s := KeyState{At: at, Key: k}
 			if failed(gets[i].Err()) || failed(queues[i].Err()) {
-				s.Failed = true
+				s.Failed, answered = true, false
 			} else {
 				s.Value, s.Queue = gets[i].Val(), queues[i].Val()
 			}
@@ -61,6 +63,12 @@ func (h *harness) sample() {
 			}
 			last[k] = s
 			h.rec.keyState(s)
+		}
+		if answered && at.Sub(sent) > stallThreshold {
+			// Answered, and late: the server served nobody meanwhile. A
+			// sample that failed (a restart cut its connection, and its
+			// read waited out the timeout) says nothing of the server.
+			h.rec.serverStalled(Interval{From: sent, To: at})
 		}
 	})
 }

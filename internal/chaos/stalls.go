@@ -15,6 +15,16 @@ import (
 // count a server's downtime: a machine that ran nobody held nobody up.
 // The report prints how much time it was, so a run that owes its pass to
 // stalls says so. Safety checks never look at stalls.
+//
+// The server can stall too while the harness runs: with appendfsync
+// always (the persistence restarts assume) every write waits for an
+// fsync, which a busy disk can make slow for every client at once. The
+// key sampler (sampler.go) reads every key straight from the server every
+// sampleEvery; a sample answered more than stallThreshold after it was
+// sent records that interval as a server stall (History.ServerStalls).
+// The liveness checks do not count it either, as they do not count a
+// restart's downtime, and the report prints it. A library that made the
+// server slow would show here, not pass unseen.
 
 const (
 	stallTick      = 2 * time.Millisecond
@@ -40,10 +50,10 @@ func (h *harness) watchStalls() {
 }
 
 // paused merges the intervals in which nobody could make progress through
-// no fault of the library: a server down, the machine stalled. Overlaps
-// are merged, so no instant counts twice.
+// no fault of the library: a server down, the machine stalled, the server
+// stalled. Overlaps are merged, so no instant counts twice.
 func paused(h History) []Interval {
-	all := append(slices.Clone(h.Downtime), h.Stalls...)
+	all := slices.Concat(h.Downtime, h.Stalls, h.ServerStalls)
 	slices.SortFunc(all, func(a, b Interval) int { return a.From.Compare(b.From) })
 	var out []Interval
 	for _, i := range all {
