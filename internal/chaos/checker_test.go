@@ -431,3 +431,27 @@ func TestAHandoffNobodyClaimsCostsItsClaimWindowNotAFreeWait(t *testing.T) {
 	require.Equal(t, 1, r.Count(SlowFreeWait), "a handed lease longer than the claim window is not excused")
 	assert.Contains(t, r.Violations[0].Detail, "handed by a release to the queue entry L:W")
 }
+
+// The harness records a stop before it signals the process, which runs on
+// for a moment: a loop can begin an Acquire then and win the key with its
+// first write, and the key is held by a process that cannot use its win
+// (seen in autorefresh: calls stamped 56µs and 100µs after the recorded
+// pause, then 317ms and 300ms waits on keys held by their SETNX).
+func TestACallBegunAsItsProcessWasStoppedHoldsTheKey(t *testing.T) {
+	a := acq("a", 0, 0, 1, 200, 10)
+	stop := FaultAt{At: ms(20), Kind: FaultPause, Client: "p1.0/1", Until: ms(520)}
+	late := acq("p1.0/2", 0, 530, 531, 831, 540) // its call, begun just after the recorded stop
+	late.Called = ms(20).Add(100 * time.Microsecond)
+	late.Expiry = ms(831).UnixMilli()
+	b := acq("b", 0, 329, 330, 630, 340)
+	b.Called = ms(12)
+	keys := []KeyState{
+		{At: ms(21), Key: "k", Value: fmt.Sprintf("%d:P", ms(321).UnixMilli())}, // the stopped call's first write
+		{At: ms(330), Key: "k", Value: "b"},
+	}
+	b100 := bounds
+	b100.FreeWait = 100 * time.Millisecond
+	r := Check(History{Acquisitions: []Acquisition{a, b, late}, Keys: keys, Faults: []FaultAt{stop}, End: ms(1000)}, b100)
+	assert.Empty(t, r.Violations, "the key held the write of a call its stopped process could not use")
+	assert.Equal(t, 1, r.LateHolderWaits)
+}

@@ -163,6 +163,15 @@ func called(a Acquisition) time.Time {
 	return a.Called
 }
 
+// signalLag is how long a process may run on after the harness recorded
+// that it stops or kills it: the harness records first, then signals, and
+// the process is stopped only once the kernel delivers the signal. In
+// that moment a loop can begin an Acquire and have its first write
+// applied (seen in autorefresh: a call stamped 56µs and 100µs after the
+// recorded stop, whose SETNX won and held the key for its lease while
+// the process was stopped).
+const signalLag = 5 * time.Millisecond
+
 // caller is one Acquire call waiting from From to To.
 type caller struct {
 	Interval
@@ -189,6 +198,8 @@ func (h *startHeap) Pop() any {
 // killed around it: it may have won the key just before, and never
 // claimed the win, or late. Around is from 25ms before (a sample's
 // period, and a write the loaded server applies late) to a sample after.
+// A caller waits at the stop if its call began no later than signalLag
+// after the harness recorded the stop.
 func stoppedWhileWaiting(waiting []caller, stops []FaultAt) func(at time.Time) bool {
 	return func(at time.Time) bool {
 		for _, f := range stops {
@@ -196,7 +207,7 @@ func stoppedWhileWaiting(waiting []caller, stops []FaultAt) func(at time.Time) b
 				continue
 			}
 			for _, c := range waiting {
-				if processOf(c.id.Client) == processOf(f.Client) && !c.From.After(f.At) && !c.To.Before(f.At) {
+				if processOf(c.id.Client) == processOf(f.Client) && !c.From.After(f.At.Add(signalLag)) && !c.To.Before(f.At) {
 					return true
 				}
 			}
