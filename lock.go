@@ -21,6 +21,10 @@ type Lock struct {
 	state atomicState   // where the Lock is in its life; see lockState
 	value string        // guarded by op: without a token, ownership is holding exactly this value
 	maybe []string      // guarded by op: values refreshes in doubt may have written instead
+	// releaseInDoubt, guarded by op: a Release failed in transit and may
+	// have deleted the key. Unlike the inDoubt state, a later Refresh that
+	// finds the key gone (lost) does not erase it (H5).
+	releaseInDoubt bool
 
 	lease *lease // its end, its renewals' start, and how its life ended (lease.go)
 }
@@ -95,16 +99,16 @@ func (k *Lock) release(ctx context.Context) error {
 	}
 	expiresAt := k.ExpiresAt()
 	live := !expired(expiresAt, k.locker.cfg.clock.Now())
-	before := k.state.load()
 	deleted, err := k.locker.deleteIfOwned(ctx, k)
 	if err != nil {
 		k.state.store(inDoubt)
+		k.releaseInDoubt = true
 		return fmt.Errorf("setnxlock: release %q: %w", k.key, err)
 	}
 	switch {
 	case !live:
 		return k.finish(released, fmt.Errorf("%w: the lease on %q expired at %s", ErrNotHeld, k.key, expiresAt.UTC().Format(time.RFC3339Nano)))
-	case !deleted && before != inDoubt:
+	case !deleted && !k.releaseInDoubt:
 		return k.finish(released, fmt.Errorf("%w: %q no longer holds our value", ErrNotHeld, k.key))
 	}
 	// Deleted now, or by the earlier attempt whose reply was lost: while our
