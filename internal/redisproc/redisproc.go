@@ -1,7 +1,8 @@
 // Package redisproc starts redis-server processes on free loopback ports,
-// and kills, pauses and restarts them. It is the one launcher behind the
-// tests (internal/redistest), the chaos harness and the benchmarks, so it
-// takes no testing.TB.
+// and kills, pauses and restarts them; StartSentinel starts a Redis
+// Sentinel deployment of them for failover tests. It is the one launcher
+// behind the tests (internal/redistest), the chaos harness and the
+// benchmarks, so it takes no testing.TB.
 //
 // Every process it starts dies with the process that started it, even when
 // that one is killed by go test's timeout or a signal (DieWithParent): no
@@ -53,6 +54,10 @@ type Config struct {
 	Bin  string   // the redis-server binary (see Binary)
 	Dir  string   // its working directory: log, append-only file, nodes.conf
 	Args []string // extra arguments after the port, bind address, dir and log file
+	// ConfigFile, when set, is passed as the first argument, where
+	// redis-server looks for a config file. Sentinel needs one it can
+	// rewrite; options on the command line override the file's.
+	ConfigFile string
 	// ClusterBus asks for a port whose cluster bus port (+10000) is free too.
 	ClusterBus bool
 	// Ready bounds how long a start waits for PING to be answered
@@ -96,6 +101,22 @@ func (s *Server) Addr() string { return net.JoinHostPort("127.0.0.1", strconv.It
 
 // Port returns the server's port.
 func (s *Server) Port() int { return s.port }
+
+// Running reports whether the process is alive (paused counts): started,
+// not killed since, and not exited on its own.
+func (s *Server) Running() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd == nil {
+		return false
+	}
+	select {
+	case <-s.exit:
+		return false
+	default:
+		return true
+	}
+}
 
 // Kill ends the server with SIGKILL, as a crash would, and waits for it to
 // exit. Killing a server that is not running does nothing.
@@ -163,6 +184,9 @@ func (s *Server) launch() error {
 		"--dir", s.cfg.Dir,
 		"--logfile", filepath.Join(s.cfg.Dir, "redis.log"),
 	}, s.cfg.Args...)
+	if s.cfg.ConfigFile != "" {
+		args = append([]string{s.cfg.ConfigFile}, args...)
+	}
 	cmd := exec.Command(s.cfg.Bin, args...)
 	DieWithParent(cmd)
 	if err := cmd.Start(); err != nil {

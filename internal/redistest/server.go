@@ -1,5 +1,6 @@
 // Package redistest starts real redis-server processes on free loopback
-// ports for tests, and can kill, pause and restart them to inject faults.
+// ports for tests (single servers, a Cluster, a Sentinel deployment), and
+// can kill, pause and restart them to inject faults.
 // The processes themselves are internal/redisproc's; this package ties
 // them to a test: skipped or failed when the binary is missing, stopped
 // when the test ends.
