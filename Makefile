@@ -12,7 +12,7 @@ MODE                ?= all
 SOAK_DURATION       ?= 10m
 TEST_TIMEOUT        ?= 5m
 
-.PHONY: test demo worker lint bench chaos soak fuzz interop-cronlock cli
+.PHONY: test demo worker lint bench chaos soak fuzz interop-cronlock cli election
 
 ## test: every test, with the race detector, on miniredis and on redis-server processes the tests start; a hang fails within TEST_TIMEOUT, printing every goroutine
 test:
@@ -33,6 +33,11 @@ chaos:
 ## soak: the same harness for SOAK_DURATION per mode, with no acquisition limit
 soak:
 	cd internal/chaos && $(GO) run ./cmd/chaos -q -seed $(CHAOS_SEED) -mode $(MODE) -acquisitions 0 -duration $(SOAK_DURATION)
+
+## election: candidate processes on a real redis-server, ELECTION_ROUNDS leaders killed with SIGKILL (default 100), then a SIGSTOP and a resign; prints the failover time (p50/p99) and checks that no two leaderships overlap
+ELECTION_ROUNDS ?= 100
+election:
+	SETNXLOCK_ELECTION_ROUNDS=$(ELECTION_ROUNDS) $(GO) test -race -count=1 -timeout 30m -run '^TestElectionAmongProcesses$$' -v . | grep -E '^(=== RUN|--- |\s+election_process_test|PASS|FAIL|ok)'
 
 ## demo: a crashed holder's lock recovered with GETSET, as a timeline (embedded miniredis; REDIS_ADDR=host:port for a real server)
 demo:

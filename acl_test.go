@@ -44,6 +44,9 @@ var aclFeatures = []aclFeature{
 	{name: "Refresh and WithAutoRefresh", rules: "+set", use: useRefresh},
 	{name: "WithFencing", rules: "~{lock.*}.fence +incr", use: useFencing},
 	{name: "NewServerClock", rules: "+time", use: useServerClock},
+	// An election of a name "lock.*": its lock, term counter and record.
+	// Renewals are refreshes (+set); the term is a fencing token (+incr).
+	{name: "leader election: Campaign, Leader, Resign", rules: "~{lock.*}.election ~{lock.*}.election.fence ~{lock.*}.leader +incr +set", use: useElection},
 
 	{name: "optional: scripted fast path", rules: "+evalsha +eval", use: useCore, scripted: true,
 		optional: refusedCommands("evalsha", "eval")},
@@ -479,6 +482,26 @@ func useFencing(u *aclUser) error {
 		return fmt.Errorf("tokens do not strictly increase: %d, %d, %d", first.FencingToken(), crashed.FencingToken(), taker.FencingToken())
 	}
 	return taker.Release(ctx)
+}
+
+// useElection: lead, be read by another candidate, resign; then nobody
+// leads.
+func useElection(u *aclUser) error {
+	lead, err := u.locker().Campaign(ctx, "lock.jobs", "a")
+	if err != nil {
+		return fmt.Errorf("Campaign: %w", err)
+	}
+	other := u.locker()
+	if leader, err := other.Leader(ctx, "lock.jobs"); err != nil || leader.Term != lead.Term() {
+		return fmt.Errorf("Leader: want term %d, got %+v, %v", lead.Term(), leader, err)
+	}
+	if err := lead.Resign(ctx); err != nil {
+		return fmt.Errorf("Resign: %w", err)
+	}
+	if _, err := other.Leader(ctx, "lock.jobs"); !errors.Is(err, ErrNoLeader) {
+		return fmt.Errorf("Leader after Resign: want ErrNoLeader, got %v", err)
+	}
+	return nil
 }
 
 // useServerClock: a ServerClock made through the user's client, as the

@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/setnxlock/setnxlock/internal/await"
 	"github.com/setnxlock/setnxlock/internal/redistest"
 )
 
@@ -52,6 +53,7 @@ var clusterScenarios = []struct {
 	{"a fenced key whose counter is in another slot fails with CROSSSLOT and writes nothing", clusterCrossSlotFenceWritesNothing},
 	{"locks on many keys are spread over every master", clusterLocksSpreadOverEveryMaster},
 	{"at most one holder is ever inside the critical section", clusterMutualExclusion},
+	{"an election keeps its lock, term counter and record on the master of its name's slot", clusterElection},
 }
 
 // clusterBackend is the shared cluster as one scenario sees it.
@@ -409,4 +411,34 @@ func clusterMutualExclusion(t *testing.T, c *clusterBackend) {
 	counted, overran := cs.counted()
 	assert.Equal(t, workers*cycles, counted+overran)
 	assert.Equal(t, 1, cs.most(), "two holders were inside the critical section at once")
+}
+
+func clusterElection(t *testing.T, c *clusterBackend) {
+	alice, bob := c.locker(t), c.locker(t)
+	first, err := alice.Campaign(ctx, "jobs", "alice")
+	require.NoError(t, err)
+	leader, err := bob.Leader(ctx, "jobs")
+	require.NoError(t, err)
+	assert.Equal(t, "alice", leader.Value)
+	assert.Equal(t, first.Term(), leader.Term)
+	_, node := c.onNode(t, ElectionKey("jobs"))
+
+	won := make(chan *Leadership, 1)
+	go func() {
+		lead, err := bob.Campaign(await.Context(t), "jobs", "bob")
+		assert.NoError(t, err)
+		won <- lead
+	}()
+	require.NoError(t, first.Resign(ctx))
+	second := await.Recv(t, won, "bob to lead once alice resigned")
+	require.NotNil(t, second)
+	assert.Greater(t, second.Term(), first.Term())
+	leader, err = alice.Leader(ctx, "jobs")
+	require.NoError(t, err)
+	assert.Equal(t, "bob", leader.Value)
+	require.NoError(t, second.Resign(ctx))
+	_, err = alice.Leader(ctx, "jobs")
+	assert.ErrorIs(t, err, ErrNoLeader)
+	c.traffic.allOn(t, ElectionKey("jobs"), node)
+	c.traffic.allOn(t, LeaderKey("jobs"), node)
 }

@@ -45,6 +45,13 @@
 // serverclock.go, fencing.go, observer.go, options.go, errors.go; status.go
 // reads a key from the outside (Status) and breaks it (ForceRelease).
 //
+// Leader election rides on the lock: a candidate leads while it holds the
+// lock on ElectionKey(name), taken with a fencing token (its term) and
+// renewed in the background, and publishes who leads in a record at
+// LeaderKey(name) written only while the lock is its own (election.go:
+// Campaign, Leadership, Resign, Leader); election_observe.go follows an
+// election (Observe) and election_lead.go is the service idiom (Lead).
+//
 // # Hazards
 //
 // The comments name the hazard they handle:

@@ -18,6 +18,8 @@ type Locker struct {
 	caps    capabilities // what the server and user still allow
 	single  bool         // the client is one server's (*redis.Client): the queue's PUBLISH counts are its own
 	handoff handoffs     // the Locker's subscription to keys handed to it (handoff.go)
+
+	election electionLocker // the Locker elections run on, made on first use (election.go)
 }
 
 // New returns a Locker that locks keys through client. It returns an error
@@ -39,6 +41,12 @@ func New(client redis.UniversalClient, opts ...Option) (*Locker, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
+	return newLocker(client, cfg), nil
+}
+
+// newLocker builds a Locker of a validated configuration: New's, or one
+// derived from it (elections.go).
+func newLocker(client redis.UniversalClient, cfg config) *Locker {
 	l := &Locker{client: client, cfg: cfg}
 	l.handoff.id = newToken()
 	_, l.single = client.(*redis.Client)
@@ -48,7 +56,7 @@ func New(client redis.UniversalClient, opts ...Option) (*Locker, error) {
 	if cfg.classic {
 		l.caps.disable(capSetNXPX)
 	}
-	return l, nil
+	return l
 }
 
 // isNil catches both a nil interface and a typed nil such as
@@ -72,5 +80,8 @@ func (l *Locker) TTL() time.Duration { return l.cfg.ttl }
 // use.
 func (l *Locker) Close() error {
 	l.handoff.endIf(func() bool { return true })
+	if el := l.election.made(); el != nil {
+		_ = el.Close()
+	}
 	return nil
 }

@@ -42,6 +42,12 @@ type wakeup struct {
 // confirmation is awaited at most the Locker's subscribe timeout, and no
 // longer than ctx or the wakeup's close.
 func (l *Locker) subscribe(ctx context.Context, key string) *wakeup {
+	return l.subscribeTo(ctx, WakeChannel(key))
+}
+
+// subscribeTo is subscribe to any of the library's channels: an
+// election's observers listen on two (elections.go).
+func (l *Locker) subscribeTo(ctx context.Context, channels ...string) *wakeup {
 	if !l.caps.allows(capPubSub) {
 		return nil
 	}
@@ -49,7 +55,7 @@ func (l *Locker) subscribe(ctx context.Context, key string) *wakeup {
 	w := &wakeup{cancel: cancel, ready: make(chan struct{})}
 	go func() {
 		defer close(w.ready)
-		pubsub := l.client.Subscribe(ctx, WakeChannel(key))
+		pubsub := l.client.Subscribe(ctx, channels...)
 		if err := confirmSubscription(ctx, pubsub, l.cfg.subscribeTimeout); err != nil {
 			_ = pubsub.Close()
 			l.caps.narrow(capPubSub, err)
