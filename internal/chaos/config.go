@@ -5,6 +5,7 @@ import (
 	"io"
 	"time"
 
+	"github.com/setnxlock/setnxlock"
 	"github.com/setnxlock/setnxlock/internal/faultproxy"
 )
 
@@ -108,7 +109,7 @@ func DefaultConfig(mode string) Config {
 		c.KillRate, c.CrashRate, c.ReleaseKillRate = c.KillRate/2, c.CrashRate/2, c.ReleaseKillRate/2
 	case ModeCluster:
 		c.RevokeACL = false // ACL users are per node; the single-server modes cover revocation
-	case ModeAutoRefresh:
+	case ModeAutoRefresh, ModeElection:
 		// A goroutine told to crash cannot stop its locks' renewals short of
 		// releasing them: only process kills crash holders here.
 		c.CrashRate = 0
@@ -138,6 +139,7 @@ var BrokenRuns = []struct{ Mode, Assumption string }{
 	{ModeFencing, BreakRestartNoPersistence},
 	{ModeCluster, BreakSkew}, // a restarted node is refused for seconds: longer than any critical section
 	{ModeMixed, BreakOwnerCheck},
+	{ModeElection, BreakRestartNoPersistence}, // terms start over: the fence catches it too
 }
 
 // Breaks lists the assumptions Break knows.
@@ -238,10 +240,27 @@ func (c Config) finalBound() time.Duration {
 	return longestLease(c.Mode, c.TTL) + c.recoveryBound()
 }
 
+// fenced reports whether the run's clients hold fencing tokens, which the
+// resource then enforces: WithFencing, or an election's terms.
+func (c Config) fenced() bool { return c.Mode == ModeFencing || c.Mode == ModeElection }
+
+// lockKeys are the run's lock keys: "chaos.k<i>", or in an election run
+// the elections' lock keys, "{chaos.k<i>}.election" (setnxlock.ElectionKey).
+func (c Config) lockKeys() []string {
+	out := make([]string, c.Keys)
+	for i := range out {
+		out[i] = fmt.Sprintf("chaos.k%d", i)
+		if c.Mode == ModeElection {
+			out[i] = setnxlock.ElectionKey(out[i])
+		}
+	}
+	return out
+}
+
 // bounds are the checks' parameters for this run.
 func (c Config) bounds() Bounds {
 	return Bounds{Recovery: c.recoveryBound(), FreeWait: c.freeWaitBound(), Takeover: c.Margin + c.Skew, ClaimWindow: handoffClaimWindow,
-		Lease: longestLease(c.Mode, c.TTL), Fenced: c.Mode == ModeFencing,
+		Lease: longestLease(c.Mode, c.TTL), Fenced: c.fenced(),
 		LeaseOf: func(client string) time.Duration {
 			return lockerFor(c.Mode, slotOf(client, c.Goroutines)).leaseOf(c.TTL)
 		},
@@ -263,7 +282,7 @@ func Caught(res *Result) (caught, missed []string) {
 		{"lease", res.Report.Count(LeaseOverlap) > 0, true},
 		{"porcupine", res.Report.Count(NotLinearizable) > 0, true},
 		{"fence", res.Report.Count(FenceInterleave)+res.Report.Count(TokenOrder) > 0,
-			res.Config.Mode == ModeFencing && !res.Config.Persistence},
+			res.Config.fenced() && !res.Config.Persistence},
 	}
 	for _, e := range expect {
 		switch {

@@ -45,7 +45,7 @@ func finalChecks(cfg Config, servers *backend) Final {
 	start := time.Now()
 	var mu sync.Mutex
 	var wg sync.WaitGroup
-	for _, key := range keys(cfg.Keys) {
+	for _, key := range cfg.lockKeys() {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -76,7 +76,7 @@ func finalChecks(cfg Config, servers *backend) Final {
 	released := time.Now()
 	for {
 		var full []string
-		for _, key := range keys(cfg.Keys) {
+		for _, key := range cfg.lockKeys() {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 			n, err := client.ZCard(ctx, waitersKey(key)).Result()
 			cancel()
@@ -99,8 +99,14 @@ func finalChecks(cfg Config, servers *backend) Final {
 }
 
 // waitersKey names a key's queue of waiters as the library does
-// (queue.go): the key as the hash tag, then ".waiters", a sorted set.
-func waitersKey(key string) string { return "{" + key + "}.waiters" }
+// (keys.go): the key as the hash tag, unless it has one, then ".waiters",
+// a sorted set.
+func waitersKey(key string) string {
+	if open := strings.IndexByte(key, '{'); open >= 0 && strings.IndexByte(key[open+1:], '}') > 0 {
+		return key + ".waiters"
+	}
+	return "{" + key + "}.waiters"
+}
 
 // goroutines compares the harness's goroutines after the run with before,
 // giving those still winding down up to bound to end.

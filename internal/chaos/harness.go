@@ -285,21 +285,12 @@ func (h *harness) workerConfig(name string, slot int) WorkerConfig {
 	c := h.cfg
 	return WorkerConfig{
 		Name: name, Redis: h.servers.clientAddrs(), Cluster: h.servers.cluster, Password: aclPassword,
-		Resource: h.socket, Keys: keys(c.Keys), Seed: c.Seed, Offset: offsetFor(c.Seed, name, c.Skew),
+		Resource: h.socket, Keys: c.lockKeys(), Seed: c.Seed, Offset: offsetFor(c.Seed, name, c.Skew),
 		Locker: lockerFor(c.Mode, slot), Loops: c.Loops, TTL: c.TTL, Margin: c.Margin,
 		MinBackoff: c.MinBackoff, MaxBackoff: c.MaxBackoff, ReadTimeout: c.ReadTimeout,
 		MaxRetries: retries, LongHoldRate: c.LongHoldRate,
 		CancelRate: c.CancelRate, HandoffCancelRate: c.HandoffCancelRate, CloseEvery: c.CloseEvery,
 	}
-}
-
-// keys names the run's lock keys.
-func keys(n int) []string {
-	out := make([]string, n)
-	for i := range out {
-		out[i] = fmt.Sprintf("chaos.k%d", i)
-	}
-	return out
 }
 
 // goroutineClient runs incarnation after incarnation of one goroutine

@@ -25,10 +25,11 @@ const (
 	ModeFencing     = "fencing"     // WithFencing, half of them WithoutScripts; the fenced resource checked
 	ModeCluster     = "cluster"     // default Lockers on a 3-master Redis Cluster the harness starts
 	ModeMixed       = "mixed"       // default, polling and bare-format Lockers on the same keys
+	ModeElection    = "election"    // Campaign and Resign: each key an election's lock, each term a fencing token
 )
 
 // Modes lists every mode, in the order `make chaos` runs them.
-var Modes = []string{ModeDefault, ModeNoScripts, ModeClassic, ModeFormats, ModeAutoRefresh, ModeFencing, ModeCluster, ModeMixed}
+var Modes = []string{ModeDefault, ModeNoScripts, ModeClassic, ModeFormats, ModeAutoRefresh, ModeFencing, ModeCluster, ModeMixed, ModeElection}
 
 // LockerConfig is the part of a client's configuration that is a choice of
 // the library's options.
@@ -38,6 +39,11 @@ type LockerConfig struct {
 	Classic     bool // WithClassicCommands
 	AutoRefresh bool // WithAutoRefresh
 	Fencing     bool // WithFencing
+	// Election: the loops Campaign for the election whose lock is the key
+	// (ElectionKey) and Resign, instead of Acquire and Release. A
+	// leadership renews itself and its term is a fencing token, whatever
+	// the Locker's options.
+	Election bool
 	// User is the ACL user the client logs in as: UserChaos, whose
 	// scripting and pub/sub the harness revokes for a while mid-run, or
 	// UserPoller, which may never use pub/sub, so its Lockers poll.
@@ -79,7 +85,7 @@ func (c LockerConfig) String() string {
 	for _, f := range []struct {
 		on   bool
 		name string
-	}{{c.NoScripts, "noscripts"}, {c.Classic, "classic"}, {c.AutoRefresh, "autorefresh"}, {c.Fencing, "fencing"}, {c.User == UserPoller, "poller"}} {
+	}{{c.NoScripts, "noscripts"}, {c.Classic, "classic"}, {c.AutoRefresh, "autorefresh"}, {c.Fencing, "fencing"}, {c.Election, "election"}, {c.User == UserPoller, "poller"}} {
 		if f.on {
 			parts = append(parts, f.name)
 		}
@@ -103,6 +109,9 @@ func lockerFor(mode string, slot int) LockerConfig {
 		c.Fencing, c.NoScripts = true, slot%4 >= 2 // half on the script fast path, half on the commands alone
 	case ModeCluster:
 		c.User = ""
+	case ModeElection:
+		c.Election, c.Fencing, c.AutoRefresh = true, true, true // Fencing and AutoRefresh for finalChecks' Acquire of the same keys
+		c.NoScripts = slot%4 >= 2                               // half on the scripts, half on the commands alone
 	case ModeMixed:
 		switch slot % 4 {
 		case 2:

@@ -36,7 +36,7 @@ func (h *harness) sample() {
 	client := redis.NewClient(&redis.Options{Addr: h.servers.nodes[0].Addr(), PoolSize: 1, MaxRetries: -1,
 		DialTimeout: 100 * time.Millisecond, ReadTimeout: 100 * time.Millisecond})
 	defer client.Close()
-	names := keys(h.cfg.Keys)
+	names := h.cfg.lockKeys()
 	last := map[string]KeyState{}
 	h.ticks(sampleEvery, func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)

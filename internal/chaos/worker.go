@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -259,11 +260,49 @@ func (l *loop) once(ctx context.Context) error {
 // protocol nanoseconds.
 func (l *loop) wall(t time.Time) string { return nanos(t.Add(-l.cfg.Offset)) }
 
-// acquire calls Acquire with a context that ends after 20 leases, or at
+// holding is what a loop holds: a Lock, or in an election run a
+// Leadership, whose term is its fencing token.
+type holding interface {
+	FencingToken() int64
+	ExpiresAt() time.Time
+	// release gives it up and names the outcome for the report.
+	release(ctx context.Context) (outcome string, retry bool)
+}
+
+type heldLock struct{ *setnxlock.Lock }
+
+func (h heldLock) release(ctx context.Context) (string, bool) {
+	switch err := h.Release(ctx); {
+	case err == nil:
+		return OutcomeReleased, false
+	case errors.Is(err, setnxlock.ErrNotHeld):
+		return OutcomeNotHeld, false
+	}
+	return OutcomeError, true
+}
+
+type heldLeadership struct{ *setnxlock.Leadership }
+
+func (h heldLeadership) FencingToken() int64 { return h.Term() }
+
+// release resigns. Resign is nil once nothing of the leadership is left,
+// lost or not; Err tells which.
+func (h heldLeadership) release(ctx context.Context) (string, bool) {
+	switch err := h.Resign(ctx); {
+	case err != nil:
+		return OutcomeError, true
+	case h.Err() != nil:
+		return OutcomeNotHeld, false
+	}
+	return OutcomeReleased, false
+}
+
+// acquire calls Acquire (in an election run, Campaign for the election
+// whose lock is key) with a context that ends after 20 leases, or at
 // cancelAt when that is not negative, or when the harness's announcement
 // of a release of key makes cancelOnRelease end it. The trace says what
 // the call sent.
-func (l *loop) acquire(ctx context.Context, key string, cancelAt time.Duration) (*setnxlock.Lock, *callTrace, error) {
+func (l *loop) acquire(ctx context.Context, key string, cancelAt time.Duration) (holding, *callTrace, error) {
 	limit := 20 * l.cfg.TTL
 	if cancelAt >= 0 {
 		limit = cancelAt
@@ -275,23 +314,31 @@ func (l *loop) acquire(ctx context.Context, key string, cancelAt time.Duration) 
 	actx = context.WithValue(actx, callKey{}, trace)
 	p := &pendingAcquire{cancel: cancel}
 	l.waits.add(key, p)
+	defer l.waits.remove(key, p)
+	if l.cfg.Locker.Election {
+		// ElectionKey(name) is key: key carries name as its hash tag.
+		lead, err := l.locker.Campaign(actx, strings.TrimSuffix(key, ".election"), l.name)
+		if err != nil {
+			return nil, trace, err
+		}
+		return heldLeadership{lead}, trace, nil
+	}
 	lock, err := l.locker.Acquire(actx, key)
-	l.waits.remove(key, p)
-	return lock, trace, err
+	if err != nil {
+		return nil, trace, err
+	}
+	return heldLock{lock}, trace, nil
 }
 
 // release releases the lock, trying again after network errors as the
 // README allows, and names the outcome for the report.
-func (l *loop) release(ctx context.Context, lock *setnxlock.Lock) string {
+func (l *loop) release(ctx context.Context, lock holding) string {
 	for range 3 {
 		rctx, cancel := context.WithTimeout(ctx, 5*l.cfg.ReadTimeout)
-		err := lock.Release(rctx)
+		outcome, retry := lock.release(rctx)
 		cancel()
-		switch {
-		case err == nil:
-			return OutcomeReleased
-		case errors.Is(err, setnxlock.ErrNotHeld):
-			return OutcomeNotHeld
+		if !retry {
+			return outcome
 		}
 	}
 	return OutcomeError
