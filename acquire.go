@@ -238,9 +238,14 @@ func (l *Locker) setSafetyNet(ctx context.Context, key string, won stamp) {
 // that is known; it retries transient network errors. It has no deadline
 // of its own: when ctx ends first it returns an error matching both
 // ErrNotAcquired and ctx.Err().
-func (l *Locker) Acquire(ctx context.Context, key string) (*Lock, error) {
+func (l *Locker) Acquire(ctx context.Context, key string) (lock *Lock, err error) {
 	w := l.newWaiting(key)
 	defer w.end(ctx)
+	defer func() {
+		if err != nil {
+			l.abandonLostWrites(ctx, key)
+		}
+	}()
 	for {
 		lock, refused, err := l.tryAcquire(ctx, key, w.nextEntry(ctx))
 		if err == nil {
@@ -259,6 +264,24 @@ func (l *Locker) Acquire(ctx context.Context, key string) (*Lock, error) {
 		if err := w.sleep(ctx, refused); err != nil {
 			return nil, contextEnded(key, err, nil)
 		}
+	}
+}
+
+// abandonLostWrites deletes, when Acquire gives up, the writes on key whose
+// reply was lost (H5): nobody will claim them now, and each would hold the
+// key for a lease (and on the classic path without its safety net, H6).
+// They are taken out of the Locker's memory first, so none has been or can
+// be granted, and each is deleted only while the key still holds it
+// exactly; waiters are woken. Bounded, whatever ctx says.
+func (l *Locker) abandonLostWrites(ctx context.Context, key string) {
+	writes := l.pending.takeAll(key)
+	if len(writes) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), undoTimeout)
+	defer cancel()
+	for _, w := range writes {
+		_, _ = l.deleteOwned(ctx, key, func(current string) bool { return current == w.value })
 	}
 }
 

@@ -80,22 +80,24 @@ func (l *Locker) deleteOwned(ctx context.Context, key string, owned func(current
 func (l *Locker) setnx(ctx context.Context, key string, ours stamp) (created bool, token int64, err error) {
 	if l.caps.allows(capSetNXPX) {
 		set := redis.NewStatusCmd(ctx, "set", key, ours.value, "nx", "px", l.safetyNet(ours.length()).Milliseconds())
-		created, token, err = l.create(ctx, key, set)
+		created, token, err = l.create(ctx, key, ours, set)
 		if !l.caps.narrow(capSetNXPX, err) {
 			return created, token, err
 		}
 	}
 	setnx := redis.NewIntCmd(ctx, "setnx", key, ours.value)
-	created, token, err = l.create(ctx, key, setnx)
+	created, token, err = l.create(ctx, key, ours, setnx)
 	if created && err == nil && !expired(ours.expiry, l.cfg.clock.Now()) {
 		l.setSafetyNet(ctx, key, ours)
 	}
 	return created, token, err
 }
 
-// create sends a command that creates key if it does not exist (SETNX, or
-// SET NX), with fencing inside MULTI/EXEC beside the INCR of the counter.
-func (l *Locker) create(ctx context.Context, key string, cmd redis.Cmder) (created bool, token int64, err error) {
+// create sends a command that creates key with ours if it does not exist
+// (SETNX, or SET NX), with fencing inside MULTI/EXEC beside the INCR of
+// the counter. A counter that is not an integer (H7) fails the INCR after
+// the key was created: the win is undone and reported as ErrNotLockValue.
+func (l *Locker) create(ctx context.Context, key string, ours stamp, cmd redis.Cmder) (created bool, token int64, err error) {
 	if !l.cfg.fencing {
 		_ = l.client.Process(ctx, cmd)
 		created, err := createdBy(cmd)
@@ -107,6 +109,12 @@ func (l *Locker) create(ctx context.Context, key string, cmd redis.Cmder) (creat
 		incr = pipe.Incr(ctx, FenceKey(key))
 		return nil
 	})
+	if created, _ := createdBy(cmd); created && isReplyError(incr.Err()) {
+		// The EXEC ran (a refusal at queueing would have aborted it): an
+		// INCR that fails then can only have found no integer (H7).
+		_ = l.undoWrite(ctx, key, ours.value)
+		return false, 0, errFenceNotCounter(key)
+	}
 	if err = withCause(cmds, err); err != nil && !errors.Is(err, redis.Nil) { // SET NX that did not set answers nil
 		return false, 0, err
 	}

@@ -60,6 +60,12 @@ func (l *Locker) takeOver(ctx context.Context, key, expiredValue string, entry *
 				pipe.ZRem(ctx, waitersKey(key), entry.member)
 			}
 		})
+	if err != nil && fence != nil && getset.Err() == nil && isReplyError(fence.Err()) {
+		// The counter is not an integer (H7): the GETSET ran, the INCR
+		// did not. Undo our write; the value it replaced was over.
+		_ = l.undoWrite(ctx, key, ours.value)
+		return nil, false, errFenceNotCounter(key)
+	}
 	if err != nil {
 		if entry != nil {
 			l.caps.narrow(capQueue, err) // the queue refused inside transactions: stop queueing

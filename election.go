@@ -211,6 +211,13 @@ var errLeaseOver = errors.New("setnxlock: the lease ended before the leadership 
 func (l *Locker) publish(ctx context.Context, lead *Leadership) error {
 	k := lead.lock
 	record := formatRecord(k.FencingToken(), k.token, lead.value)
+	// H7: a record key that holds something else is left alone. (Read
+	// apart from the write: it guards against a mistake, not a race.)
+	if current, found, err := l.get(ctx, LeaderKey(lead.name)); err != nil {
+		return fmt.Errorf("setnxlock: leader record of %q: %w", lead.name, err)
+	} else if _, ok := parseRecord(current); found && !ok {
+		return fmt.Errorf("%w: %s holds %q, not a leader record; left untouched", ErrNotLockValue, LeaderKey(lead.name), current)
+	}
 	retry := newBackoff(l.cfg.minBackoff, l.cfg.maxBackoff)
 	for {
 		announce := l.caps.allows(capPubSub)
@@ -303,9 +310,11 @@ func parseRecord(s string) (leaderRecord, bool) {
 // Leader reads who leads the election name, without writing anything: one
 // round trip with GET of the lock key and of the record. It returns an
 // error matching ErrNoLeader when nobody leads: the lock is free, its lease
-// is over by the Locker's clock (and skew margin, as a candidate would
-// judge it), or its holder has not published a record yet. A lock key or
-// record that holds something else is ErrNotLockValue.
+// is over by the Locker's clock, or its holder has not published a record
+// yet. The lease ends when it says: between its end and the end plus the
+// skew margin (WithSkewMargin) nobody leads, since the leader has stopped
+// and no candidate may take over yet. A lock key or record that holds
+// something else is ErrNotLockValue.
 func (l *Locker) Leader(ctx context.Context, name string) (Leader, error) {
 	if name == "" {
 		return Leader{}, fmt.Errorf("%w: empty election name", ErrInvalidArgument)
@@ -328,7 +337,7 @@ func (l *Locker) Leader(ctx context.Context, name string) (Leader, error) {
 	if err != nil {
 		return Leader{}, fmt.Errorf("setnxlock: leader of %q: %w", name, err)
 	}
-	if expired(until.Add(l.cfg.skewMargin), l.cfg.clock.Now()) {
+	if expired(until, l.cfg.clock.Now()) {
 		return Leader{}, fmt.Errorf("%w: %q: the last leader's lease ended at %s", ErrNoLeader, name, until.UTC().Format(time.RFC3339Nano))
 	}
 	published, found, err := stringReply(rec)

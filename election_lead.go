@@ -32,17 +32,25 @@ func (l *Locker) Lead(ctx context.Context, name, value string, fn func(ctx conte
 		if err != nil {
 			return err
 		}
-		work := context.WithValue(lead.Context(ctx), leadershipKey{}, lead)
-		fnErr := fn(work)
-		lost := lead.Err()
-		resign, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.cfg.ttl)
-		resignErr := lead.Resign(resign)
-		cancel()
+		fnErr, lost, resignErr := l.leadWith(ctx, lead, fn)
 		if lost == nil || ctx.Err() != nil {
 			return errors.Join(fnErr, resignErr)
 		}
 		// Lost while fn ran: campaign again.
 	}
+}
+
+// leadWith runs fn under the leadership and resigns when it returns, or
+// panics: a panic that a caller recovers must not leave the leadership
+// renewing itself for ever. lost is the leadership's Err as fn returned.
+func (l *Locker) leadWith(ctx context.Context, lead *Leadership, fn func(ctx context.Context) error) (fnErr, lost, resignErr error) {
+	defer func() {
+		resign, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.cfg.ttl)
+		resignErr = lead.Resign(resign)
+		cancel()
+	}()
+	fnErr = fn(context.WithValue(lead.Context(ctx), leadershipKey{}, lead))
+	return fnErr, lead.Err(), nil
 }
 
 // leadershipKey is the context key under which Lead passes fn its

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // Following an election from the outside (Observe): a goroutine reads
@@ -12,7 +14,9 @@ import (
 // (LeaderChannel), when the lock is released (WakeChannel of the election
 // key), when the current leader's lease ends by the Locker's clock (a
 // leader that crashed announces nothing), and on a timer in case a message
-// is lost.
+// is lost. Only a read changes what it reports: an observer that cannot
+// read goes on reporting the last leader it read, since the leader may
+// well have renewed meanwhile.
 
 // observePoll is how often an observer whose subscription is confirmed
 // reads the leader anyway, in case a message was lost; until it is
@@ -28,8 +32,10 @@ const observePoll = time.Second
 // or its lease ran out by the Locker's clock). A reader that falls behind
 // receives the latest state, never a stale one after a newer one: changes
 // it did not take in time are replaced. Renewals are not changes. A leader
-// once reported gone is not reported again. An empty name, which no
-// election has, gives a channel that is closed at once.
+// once reported gone is not reported again; every report comes from a
+// read, so while Redis cannot be read the last one stands. An empty name,
+// which no election has, gives a channel that is closed at once; a closed
+// client (redis.ErrClosed) closes it too.
 func (l *Locker) Observe(ctx context.Context, name string) <-chan Leader {
 	out := make(chan Leader)
 	if name == "" {
@@ -62,23 +68,17 @@ func (f *follower) saw(current Leader, err error) {
 	// already reported gone) or a failed read: nothing changes.
 }
 
-// over ends the latest leader's leadership, as far as the follower knows,
-// once its lease is over at now: the leader itself gives up then, renewed
-// or not, so an observer that cannot read the key knows as much.
-func (f *follower) over(now time.Time, skewMargin time.Duration) {
-	if f.latest.Term != 0 && expired(f.latest.ExpiresAt.Add(skewMargin), now) {
-		f.latest, f.pending = Leader{}, true
-	}
-}
-
 func (l *Locker) follow(ctx context.Context, name string, out chan<- Leader) {
 	defer close(out)
 	wake := l.subscribeTo(ctx, LeaderChannel(name), WakeChannel(ElectionKey(name)))
 	defer wake.close()
 	var f follower
 	for {
-		f.saw(l.Leader(ctx, name))
-		f.over(l.cfg.clock.Now(), l.cfg.skewMargin)
+		current, err := l.Leader(ctx, name)
+		if errors.Is(err, redis.ErrClosed) {
+			return // every later read would fail at once
+		}
+		f.saw(current, err)
 		if !l.deliverUntilChange(ctx, &f, out, wake) {
 			return
 		}
@@ -96,8 +96,10 @@ func (l *Locker) deliverUntilChange(ctx context.Context, f *follower, out chan<-
 	timer := time.NewTimer(poll)
 	defer timer.Stop()
 	var leaseEnds <-chan time.Time
-	if f.latest.Term != 0 {
-		leaseEnds = at(l.cfg.clock, f.latest.ExpiresAt.Add(l.cfg.skewMargin))
+	if f.latest.Term != 0 && f.latest.ExpiresAt.After(l.cfg.clock.Now()) {
+		// Not once the end has passed: a read that failed then would
+		// make it fire at once, a spin; the poll covers that case.
+		leaseEnds = at(l.cfg.clock, f.latest.ExpiresAt)
 	}
 	for {
 		var send chan<- Leader

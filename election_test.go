@@ -6,14 +6,17 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/setnxlock/setnxlock/internal/await"
+	"github.com/setnxlock/setnxlock/internal/redistest"
 )
 
 // Leader election scenarios, on every path and backend. The candidates are
@@ -392,12 +395,6 @@ func TestAFollowerReportsChangesOnly(t *testing.T) {
 	assert.Equal(t, follower{term: 2, pending: true}, f, "the zero Leader replaces an undelivered leader")
 	f.saw(b2, nil)
 	assert.Equal(t, follower{term: 2, pending: true}, f, "a leader reported gone is not reported again")
-
-	f = follower{latest: b2, term: 2}
-	f.over(time.UnixMilli(2_999), 0)
-	assert.Equal(t, follower{latest: b2, term: 2}, f)
-	f.over(time.UnixMilli(3_000), 0)
-	assert.Equal(t, follower{term: 2, pending: true}, f, "a lease over by the clock ends the leadership, read or not")
 }
 
 // Lead runs the work only while leading, campaigns again after a loss, and
@@ -532,5 +529,186 @@ func TestARecordIsWrittenOnlyWhileTheLockIsOurs(t *testing.T) {
 		leader, err := l.Leader(ctx, "jobs")
 		require.NoError(t, err)
 		assert.Equal(t, "other", leader.Value)
+	})
+}
+
+// An observer that cannot read across the end of the lease it last read
+// (a partition, timeouts) does not report that nobody leads: the leader
+// renewed meanwhile. Once it reads again it reports what it reads.
+func TestAnObserverThatCannotReadKeepsTheLastLeaderItRead(t *testing.T) {
+	onEachBackend(t, func(t *testing.T, b *backend) {
+		leader := b.locker(t)
+		watcherClient := b.client(t)
+		watcher := b.lockerOn(t, watcherClient)
+		var failing atomic.Bool
+		hookCommand(watcherClient, "get", func(send func() error) error {
+			if failing.Load() {
+				return errLostReply{}
+			}
+			return send()
+		})
+		lead := campaign(t, leader, "jobs", "a")
+		observeCtx, stop := context.WithCancel(ctx)
+		defer stop()
+		seen := watcher.Observe(observeCtx, "jobs")
+		first := await.Recv(t, seen, "the current leader")
+
+		failing.Store(true)
+		for range 4 { // renewals, each due a third of the TTL later, past the end first read
+			renewed := lead.ExpiresAt()
+			b.clock.Advance(leader.TTL() / 3)
+			require.Eventually(t, func() bool { return lead.ExpiresAt().After(renewed) }, await.Timeout, time.Millisecond, "the leader to renew")
+		}
+		require.True(t, b.clock.Now().After(first.ExpiresAt))
+		select {
+		case got := <-seen:
+			t.Fatalf("an observer that could not read reported %+v", got)
+		case <-time.After(2 * observePoll):
+		}
+
+		failing.Store(false)
+		require.NoError(t, lead.Resign(ctx))
+		assertLeader(t, Leader{}, await.Recv(t, seen, "nobody leads, read once reads work again"))
+	})
+}
+
+// A lease ends when it says, for Leader and Observe, whatever the skew
+// margin: the leader has stopped, though no candidate may take over yet.
+func TestLeaderIsNobodyOnceTheLeaseEndsWhateverTheSkewMargin(t *testing.T) {
+	onEachBackend(t, func(t *testing.T, b *backend) {
+		leader, reader := b.locker(t, WithSkewMargin(2*time.Second)), b.locker(t, WithSkewMargin(2*time.Second))
+		lead := campaign(t, leader, "jobs", "a")
+		b.clock.Set(lead.ExpiresAt().Add(time.Second))
+		await.Recv(t, lead.Done(), "the leader to see its lease run out")
+		_, err := reader.Leader(ctx, "jobs")
+		assert.ErrorIs(t, err, ErrNoLeader)
+		c, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+		defer cancel()
+		_, err = reader.Campaign(c, "jobs", "b")
+		assert.ErrorIs(t, err, ErrNotAcquired, "within the margin nobody may take over yet")
+	})
+}
+
+// A Campaign whose winning write applied but lost its reply, cancelled
+// then, leaves no lock behind (H5): nobody would claim it, and it would
+// hold the election for a lease (on the classic path without a safety
+// net). Acquire does the same for any key.
+func TestACancelledCampaignWhoseWinLostItsReplyLeavesNothing(t *testing.T) {
+	onEachPath(t, func(t *testing.T, b *backend, p lockPath) {
+		client := b.client(t)
+		l := b.lockerOn(t, client, p.opt)
+		if p.name == "scripts" {
+			warm(t, l)
+		}
+		campaignCtx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		var once sync.Once
+		hookCommand(client, p.acquire, func(send func() error) error {
+			err := send()
+			once.Do(func() {
+				if err == nil {
+					cancel()
+					err = errLostReply{}
+				}
+			})
+			return err
+		})
+		_, err := l.Campaign(campaignCtx, "jobs", "me")
+		require.ErrorIs(t, err, ErrNotAcquired)
+		require.ErrorIs(t, err, context.Canceled)
+		assert.Equal(t, "<missing>", b.value(t, ElectionKey("jobs")), "the win whose reply was lost is deleted")
+		next := campaign(t, b.locker(t, p.opt), "jobs", "next")
+		require.NoError(t, next.Resign(ctx))
+	})
+}
+
+// A Campaign whose deadline passes while the server is busy with its
+// winning write (a client with ContextTimeoutEnabled gives up on the
+// reply) leaves nothing behind either.
+func TestACampaignThatTimedOutOnABusyServerLeavesNothing(t *testing.T) {
+	addr := redistest.Start(t).Addr()
+	b := newBackend(t, "redis-server", addr)
+	client := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = client.Close() })
+	l := b.lockerOn(t, client)
+	warm(t, l)
+	busy := make(chan error, 1)
+	go func() {
+		busy <- b.raw.Eval(ctx, `local s = redis.call('TIME') local t0 = s[1]*1e6 + s[2]
+while true do local n = redis.call('TIME') if n[1]*1e6 + n[2] - t0 > 300000 then break end end return 1`, nil).Err()
+	}()
+	time.Sleep(50 * time.Millisecond) // the busy script has begun
+	campaignCtx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel()
+	_, err := l.Campaign(campaignCtx, "jobs", "me")
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.NoError(t, await.Recv(t, busy, "the busy script to end"))
+	assert.Equal(t, "<missing>", b.value(t, ElectionKey("jobs")), "a Campaign that timed out left its lock behind")
+}
+
+// A term counter (a fence counter) that is not an integer is H7: the
+// acquisition writes nothing and says so, on every path, for a free key
+// and for the takeover of an expired lease.
+func TestAFenceCounterThatIsNoIntegerWritesNothing(t *testing.T) {
+	onEachPath(t, func(t *testing.T, b *backend, p lockPath) {
+		b.set(t, FenceKey(ElectionKey("jobs")), "garbage")
+		c, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
+		_, err := b.locker(t, p.opt).Campaign(c, "jobs", "me")
+		assert.ErrorIs(t, err, ErrNotLockValue)
+		assert.Equal(t, "<missing>", b.value(t, ElectionKey("jobs")))
+
+		fenced := b.locker(t, p.opt, WithFencing())
+		b.set(t, FenceKey("lock.free"), "garbage")
+		_, err = fenced.TryAcquire(ctx, "lock.free")
+		assert.ErrorIs(t, err, ErrNotLockValue, "a free key")
+		assert.Equal(t, "<missing>", b.value(t, "lock.free"), "the win is undone")
+
+		crashed, err := fenced.TryAcquire(ctx, "lock.k")
+		require.NoError(t, err)
+		b.set(t, FenceKey("lock.k"), "garbage")
+		b.clock.Set(crashed.ExpiresAt())
+		_, err = fenced.TryAcquire(ctx, "lock.k")
+		// The command paths stop at their SETNX, refused, whose INCR fails
+		// with the server's own error; the scripts go on to the takeover.
+		if p.name == "scripts" {
+			assert.ErrorIs(t, err, ErrNotLockValue, "the takeover")
+		}
+		assert.Error(t, err)
+		assert.Contains(t, []string{"<missing>", crashed.value}, b.value(t, "lock.k"), "no write of the takeover is left")
+		assert.Equal(t, "garbage", b.value(t, FenceKey("lock.k")), "the counter is left untouched")
+	})
+}
+
+// A leader record key that holds something else is left untouched (H7).
+func TestARecordKeyHoldingSomethingElseIsLeftAlone(t *testing.T) {
+	onEachBackend(t, func(t *testing.T, b *backend) {
+		b.set(t, LeaderKey("jobs"), "not a record")
+		c, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
+		_, err := b.locker(t).Campaign(c, "jobs", "me")
+		assert.ErrorIs(t, err, ErrNotLockValue)
+		assert.Equal(t, "not a record", b.value(t, LeaderKey("jobs")))
+		assert.Equal(t, "<missing>", b.value(t, ElectionKey("jobs")), "the lock won meanwhile is given back")
+	})
+}
+
+// Work that panics under Lead does not leave the leadership renewing
+// itself for ever: Lead resigns before the panic goes on.
+func TestLeadResignsWhenTheWorkPanics(t *testing.T) {
+	onEachBackend(t, func(t *testing.T, b *backend) {
+		l, other := b.locker(t), b.locker(t)
+		var lead *Leadership
+		func() {
+			defer func() { assert.Equal(t, "boom", recover()) }()
+			_ = l.Lead(ctx, "jobs", "me", func(work context.Context) error {
+				lead = LeadershipFrom(work)
+				panic("boom")
+			})
+		}()
+		await.Recv(t, lead.Done(), "the leadership to end with the panic")
+		assert.NoError(t, lead.Err(), "resigned, not lost")
+		next := campaign(t, other, "jobs", "other")
+		require.NoError(t, next.Resign(ctx))
 	})
 }

@@ -1,5 +1,7 @@
 package setnxlock
 
+import "fmt"
+
 // Fencing (H8): a holder that stalls past its lease may still act on the
 // protected resource after the next holder has taken over. With
 // WithFencing every acquisition draws a number from a counter in Redis, in
@@ -7,6 +9,12 @@ package setnxlock
 // one holder of a key to the next, including takeovers of crashed holders.
 // The resource remembers the highest token it has seen and rejects lower
 // ones.
+
+// errFenceNotCounter is the error of an acquisition whose fence counter
+// holds something INCR cannot count (H7); the counter is left untouched.
+func errFenceNotCounter(key string) error {
+	return fmt.Errorf("%w: the fence counter %s is not an integer", ErrNotLockValue, FenceKey(key))
+}
 
 // FencingToken returns the lock's fencing token, or 0 when the Locker was
 // made without WithFencing. Tokens of successive holders of a key strictly

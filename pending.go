@@ -49,6 +49,15 @@ func (p *pendingWrites) take(key, current string, now time.Time) (stamp, bool) {
 	return stamp{}, false
 }
 
+// takeAll forgets, and returns, every write remembered on key.
+func (p *pendingWrites) takeAll(key string) []stamp {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	writes := p.byKey[key]
+	delete(p.byKey, key)
+	return writes
+}
+
 func unexpired(writes []stamp, now time.Time) []stamp {
 	live := writes[:0]
 	for _, w := range writes {

@@ -95,6 +95,13 @@ func transient(err error) bool {
 	return ok && transientCodes[code]
 }
 
+// isReplyError reports whether err is an error reply of the server, not a
+// transport failure or nil.
+func isReplyError(err error) bool {
+	_, _, ok := reply(err)
+	return ok && !errors.Is(err, redis.Nil)
+}
+
 // isWrongType reports a WRONGTYPE reply: the key is not a string (H7).
 func isWrongType(err error) bool {
 	code, _, ok := reply(err)

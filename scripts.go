@@ -91,6 +91,8 @@ func (p scriptPath) unqueuedClaim(ctx context.Context, key string, ours stamp) (
 		return claimOutcome{current: current, found: true}, nil
 	case outcome == 2:
 		return claimOutcome{}, ErrNotLockValue
+	case outcome == 3:
+		return claimOutcome{}, errFenceNotCounter(key)
 	}
 	return claimOutcome{}, errors.New("setnxlock: unexpected reply from the acquire script")
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -129,4 +130,19 @@ func (l *Locker) checkTransactions(ctx context.Context) error {
 	}
 	l.caps.transactions.Store(true)
 	return nil
+}
+
+// undoTimeout bounds the undo of a write that won but may not stand (not
+// acknowledged by the replicas, or its fencing token not drawn); it runs
+// even when the caller's context has ended.
+const undoTimeout = time.Second
+
+// undoWrite deletes key while it holds exactly value, a write of ours that
+// won but is given back before anyone was granted it.
+func (l *Locker) undoWrite(ctx context.Context, key, value string) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), undoTimeout)
+	defer cancel()
+	_, err := l.compareAndWrite(ctx, key, func(current string) bool { return current == value },
+		func(pipe redis.Pipeliner) { pipe.Del(ctx, key) })
+	return err
 }

@@ -9,10 +9,19 @@
 --                     drawn with it, or 0 without fencing
 --         {0, value}  the key holds value: someone's lease
 --         {2}         the key is not a string (H7); it is left untouched
+--         {3}         the fence counter is not an integer (H7): nothing is
+--                     written, the counter left untouched
 if redis.call('setnx', KEYS[1], ARGV[1]) == 1 then
+  local token = 0
+  if KEYS[2] then
+    token = redis.pcall('incr', KEYS[2])
+    if type(token) ~= 'number' then
+      redis.call('del', KEYS[1]) -- the win is undone in the same script
+      return {3}
+    end
+  end
   redis.call('pexpire', KEYS[1], ARGV[2])
-  if KEYS[2] then return {1, redis.call('incr', KEYS[2])} end
-  return {1, 0}
+  return {1, token}
 end
 local current = redis.pcall('get', KEYS[1])
 if type(current) ~= 'string' then return {2} end
