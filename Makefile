@@ -12,7 +12,7 @@ MODE                ?= all
 SOAK_DURATION       ?= 10m
 TEST_TIMEOUT        ?= 5m
 
-.PHONY: test demo worker lint bench chaos soak fuzz interop-cronlock cli election
+.PHONY: test demo worker lint bench chaos soak fuzz interop-cronlock cli election failover
 
 ## test: every test, with the race detector, on miniredis and on redis-server processes the tests start; a hang fails within TEST_TIMEOUT, printing every goroutine
 test:
@@ -37,7 +37,12 @@ soak:
 ## election: candidate processes on a real redis-server, ELECTION_ROUNDS leaders killed with SIGKILL (default 100), then a SIGSTOP and a resign; prints the failover time (p50/p99) and checks that no two leaderships overlap
 ELECTION_ROUNDS ?= 100
 election:
-	SETNXLOCK_ELECTION_ROUNDS=$(ELECTION_ROUNDS) $(GO) test -race -count=1 -timeout 30m -run '^TestElectionAmongProcesses$$' -v . | grep -E '^(=== RUN|--- |\s+election_process_test|PASS|FAIL|ok)'
+	SETNXLOCK_ELECTION_ROUNDS=$(ELECTION_ROUNDS) $(GO) test -race -count=1 -timeout 30m -run '^TestElectionAmongProcesses$$' -v .
+
+## failover: Lockers through real Sentinel failovers: workers resuming after a SIGKILL and a SIGSTOP of the primary; WithReplicas, FAILOVER_ROUNDS rounds with it and without it (default 10): no second holder with it, how often one gets in without it
+FAILOVER_ROUNDS ?= 10
+failover:
+	SETNXLOCK_FAILOVER_ROUNDS=$(FAILOVER_ROUNDS) $(GO) test -race -count=1 -timeout 30m -run '^(TestLockersKeepWorkingThroughAFailover|TestWithReplicasALeaseSurvivesAFailover)$$' -v .
 
 ## demo: a crashed holder's lock recovered with GETSET, as a timeline (embedded miniredis; REDIS_ADDR=host:port for a real server)
 demo:

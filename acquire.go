@@ -101,7 +101,7 @@ func (l *Locker) won(ctx context.Context, key string, ours stamp, fencingToken i
 	if entry != nil && stillQueued {
 		l.dequeue(ctx, entry)
 	}
-	return l.grant(key, ours, fencingToken, EventAcquired)
+	return l.grantReplicated(ctx, key, ours, fencingToken, EventAcquired)
 }
 
 // ownLostWrite takes a value of ours whose reply was lost (H5). With
@@ -246,13 +246,20 @@ func (l *Locker) Acquire(ctx context.Context, key string) (lock *Lock, err error
 			l.abandonLostWrites(ctx, key)
 		}
 	}()
+	var notReplicated error // the last win the replicas did not acknowledge (WithReplicas): why Acquire never got the lock
 	for {
 		lock, refused, err := l.tryAcquire(ctx, key, w.nextEntry(ctx))
 		if err == nil {
 			w.won()
 			return lock, nil
 		}
+		if errors.Is(err, ErrNotReplicated) {
+			notReplicated = err
+		}
 		if ctxErr := ctx.Err(); ctxErr != nil {
+			if notReplicated != nil {
+				err = notReplicated
+			}
 			return nil, contextEnded(key, ctxErr, err)
 		}
 		if !retryable(err) {
@@ -262,7 +269,7 @@ func (l *Locker) Acquire(ctx context.Context, key string) (lock *Lock, err error
 			continue // attempt once more now that no release can go unheard
 		}
 		if err := w.sleep(ctx, refused); err != nil {
-			return nil, contextEnded(key, err, nil)
+			return nil, contextEnded(key, err, notReplicated)
 		}
 	}
 }
@@ -289,6 +296,9 @@ func (l *Locker) abandonLostWrites(ctx context.Context, key string) {
 // ErrNotAcquired and the context's error, and keeps the last attempt's error
 // for the message.
 func contextEnded(key string, ctxErr, last error) error {
+	if errors.Is(last, ErrNotReplicated) {
+		return fmt.Errorf("%w: %q: %w (last attempt: %w)", ErrNotAcquired, key, ctxErr, last)
+	}
 	if last != nil && !errors.Is(last, ErrNotAcquired) && !errors.Is(last, ctxErr) {
 		return fmt.Errorf("%w: %q: %w (last attempt: %v)", ErrNotAcquired, key, ctxErr, last)
 	}
@@ -303,7 +313,7 @@ func contextEnded(key string, ctxErr, last error) error {
 // a retry would only repeat.
 func retryable(err error) bool {
 	switch {
-	case errors.Is(err, ErrNotAcquired), errors.Is(err, redis.TxFailedErr):
+	case errors.Is(err, ErrNotAcquired), errors.Is(err, redis.TxFailedErr), errors.Is(err, ErrNotReplicated):
 		return true
 	case errors.Is(err, ErrInvalidArgument), errors.Is(err, ErrNotLockValue), errors.Is(err, ErrWatchIgnored), errors.Is(err, ErrNoTransactions),
 		errors.Is(err, redis.ErrClosed):

@@ -95,7 +95,7 @@ func (l *Locker) takeOver(ctx context.Context, key, expiredValue string, entry *
 		if fence != nil {
 			token = fence.Val()
 		}
-		lock, err := l.grant(key, ours, token, EventRecovered)
+		lock, err := l.grantReplicated(ctx, key, ours, token, EventRecovered)
 		return lock, false, err
 	}
 	if err := l.restore(ctx, key, ours.value, old); err != nil {

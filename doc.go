@@ -43,7 +43,8 @@
 // replies by their error code (replies.go). Keys and channel names:
 // keys.go. Values: value.go (reading), format.go (writing). Also: clock.go,
 // serverclock.go, fencing.go, observer.go, options.go, errors.go; status.go
-// reads a key from the outside (Status) and breaks it (ForceRelease).
+// reads a key from the outside (Status) and breaks it (ForceRelease);
+// replicas.go makes lease writes wait for replicas (WithReplicas).
 //
 // Leader election rides on the lock: a candidate leads while it holds the
 // lock on ElectionKey(name), taken with a fencing token (its term) and
@@ -64,7 +65,7 @@
 //	H6  keys left forever: a relative PEXPIRE a grace past every lease (acquire.go, commands.go)
 //	H7  the key holds no lock value: ErrNotLockValue, the key untouched (value.go)
 //	H8  the holder stalls past its lease: Done, Err, Context, fencing tokens (lifecycle.go, fencing.go)
-//	H9  a restart without persistence, or a failover, loses the key: documented (README)
+//	H9  a restart without persistence, or a failover, loses the key: WithReplicas waits for replicas (replicas.go); the rest is documented (README)
 //
 // Safety rests on clocks: every process locking the same key must agree on
 // the time to within the skew margin, because an expired lease is judged by

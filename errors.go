@@ -33,6 +33,12 @@ var errNilObserver = fmt.Errorf("%w: nil Observer", ErrInvalidArgument)
 // Redis when it is returned.
 var ErrInvalidArgument = errors.New("setnxlock: invalid argument")
 
+// ErrNotReplicated reports that a lease write (an acquisition, a renewal)
+// was not acknowledged by as many replicas as WithReplicas asks within its
+// timeout. An acquisition is then undone; a renewal counts as failed, and
+// the lease keeps its earlier end. The message says how many acknowledged.
+var ErrNotReplicated = errors.New("setnxlock: not acknowledged by enough replicas")
+
 // ErrNoTransactions reports that the server, a proxy or the ACL user
 // refuses MULTI. Taking over expired leases, refreshing and releasing
 // without scripts need WATCH/MULTI/EXEC to be safe (H2, H3), so the Locker

@@ -451,3 +451,22 @@ func ExampleLocker_Status() {
 	// deleted a lease in UnixSeconds
 	// exists: false
 }
+
+// With replicas a lease is granted only once they have it. The embedded
+// server of this example has none, so the acquisition is refused and
+// undone; with a Sentinel deployment pass redis.NewFailoverClient's client.
+func ExampleWithReplicas() {
+	client, done := newClient()
+	defer done()
+	ctx := context.Background()
+	locker, _ := setnxlock.New(client, setnxlock.WithReplicas(1, 50*time.Millisecond))
+
+	_, err := locker.TryAcquire(ctx, "lock.report")
+	fmt.Println(errors.Is(err, setnxlock.ErrNotReplicated))
+	fmt.Println(err)
+	fmt.Println(client.Exists(ctx, "lock.report").Val()) // nothing left behind
+	// Output:
+	// true
+	// setnxlock: not acknowledged by enough replicas: "lock.report": 0 of 1 replicas acknowledged within 50ms
+	// 0
+}

@@ -41,6 +41,9 @@ func New(client redis.UniversalClient, opts ...Option) (*Locker, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
+	if err := checkReplicasClient(client, cfg); err != nil {
+		return nil, err
+	}
 	return newLocker(client, cfg), nil
 }
 

@@ -35,6 +35,9 @@ type config struct {
 	format      Format // what we write; we read every format
 	classic     bool   // WithClassicCommands: SETNX and PEXPIRE, as if the server knew nothing newer
 
+	replicas       int           // WithReplicas: replicas that must acknowledge each lease write; 0: none
+	replicaTimeout time.Duration // WithReplicas: how long WAIT waits for them
+
 	subscribeTimeout time.Duration // how long a SUBSCRIBE's confirmation is awaited; tests lengthen it
 }
 

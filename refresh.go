@@ -42,6 +42,11 @@ func (k *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 		pipe.Set(ctx, k.key, renewed.value, 0)
 		pipe.PExpire(ctx, k.key, l.safetyNet(renewed.length()))
 	})
+	if err == nil && written {
+		// H9: a renewal the replicas did not acknowledge is believed no
+		// more than one lost on the network.
+		err = l.replicate(ctx, k.key, renewed.length())
+	}
 	if err != nil {
 		// The new end may or may not be stored: believe the earlier one,
 		// and recognise either value as ours.

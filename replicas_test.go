@@ -1,0 +1,193 @@
+package setnxlock
+
+import (
+	"context"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/setnxlock/setnxlock/internal/redistest"
+)
+
+// WithReplicas on real redis-server processes: a primary with one replica
+// of its own, and a primary with none. miniredis does not replicate.
+// failover_test.go runs it through a Sentinel failover.
+
+// replicated is a primary and one replica, with clients to both.
+type replicated struct {
+	primary, replica     *redistest.Server
+	onPrimary, onReplica *redis.Client
+	clock                *ManualClock
+}
+
+func startReplicated(t *testing.T) *replicated {
+	primary := redistest.Start(t, "--repl-diskless-sync-delay", "0")
+	replica := redistest.Start(t, "--replicaof", "127.0.0.1", strconv.Itoa(primary.Port()))
+	r := &replicated{primary: primary, replica: replica, clock: NewManualClock(clockStart())}
+	r.onPrimary = redis.NewClient(&redis.Options{Addr: primary.Addr(), MaxRetries: -1})
+	r.onReplica = redis.NewClient(&redis.Options{Addr: replica.Addr(), MaxRetries: -1})
+	t.Cleanup(func() { _ = r.onPrimary.Close(); _ = r.onReplica.Close() })
+	// A write of its own: WAIT after none is answered at once, and after
+	// a diskless sync the primary streams to the replica only once it has
+	// acknowledged (about a second later).
+	require.Eventually(t, func() bool {
+		if r.onPrimary.Set(ctx, "replication.probe", "1", 0).Err() != nil {
+			return false
+		}
+		acked, err := r.onPrimary.Do(ctx, "wait", 1, 100).Int()
+		return err == nil && acked == 1
+	}, 10*time.Second, 10*time.Millisecond, "the replica to sync with its primary and acknowledge a write")
+	return r
+}
+
+// locker is a Locker on the primary, asking one replica to acknowledge.
+func (r *replicated) locker(t *testing.T, opts ...Option) *Locker {
+	t.Helper()
+	client := redis.NewClient(&redis.Options{Addr: r.primary.Addr(), MaxRetries: -1})
+	t.Cleanup(func() { _ = client.Close() })
+	base := []Option{WithClock(r.clock), WithTTL(10 * time.Second), WithBackoff(time.Millisecond, 5*time.Millisecond), WithReplicas(1, 200*time.Millisecond)}
+	l, err := New(client, append(base, opts...)...)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = l.Close() })
+	return l
+}
+
+// onReplica reads key on the replica itself.
+func (r *replicated) onReplicaValue(t *testing.T, key string) string {
+	t.Helper()
+	v, err := r.onReplica.Get(ctx, key).Result()
+	if err == redis.Nil {
+		return "<missing>"
+	}
+	require.NoError(t, err)
+	return v
+}
+
+// When a lease is granted, the replica has it: SETNX or SET NX, a
+// takeover, and each renewal, on every path.
+func TestWithReplicasGrantsOnlyLeasesTheReplicaHas(t *testing.T) {
+	r := startReplicated(t)
+	for _, p := range paths {
+		t.Run(p.name, func(t *testing.T) {
+			key := "lock.replicated." + p.name
+			holder := r.locker(t, p.opt)
+			lock, err := holder.TryAcquire(ctx, key)
+			require.NoError(t, err)
+			assert.Equal(t, lock.value, r.onReplicaValue(t, key), "the replica had the lease when it was granted")
+
+			r.clock.Advance(time.Second)
+			require.NoError(t, lock.Refresh(ctx, 10*time.Second))
+			assert.Equal(t, lock.value, r.onReplicaValue(t, key), "and each renewal")
+
+			r.clock.Set(lock.ExpiresAt()) // the holder crashed
+			taker, err := r.locker(t, p.opt).TryAcquire(ctx, key)
+			require.NoError(t, err)
+			assert.Equal(t, taker.value, r.onReplicaValue(t, key), "and a takeover")
+			require.NoError(t, taker.Release(ctx))
+		})
+	}
+}
+
+// A replica that stops acknowledging (stalled, here with SIGSTOP) fails
+// a renewal, which keeps the earlier end, and every acquisition (SETNX or
+// SET NX, a takeover), which is undone; all work again once it
+// acknowledges. On every path.
+func TestWithReplicasFailsWhatTheReplicaDoesNotAcknowledge(t *testing.T) {
+	r := startReplicated(t)
+	for _, p := range paths {
+		t.Run(p.name, func(t *testing.T) {
+			key, free, crashed := "lock.stalled."+p.name, "lock.free."+p.name, "lock.crashed."+p.name
+			holder := r.locker(t, p.opt)
+			lock, err := holder.TryAcquire(ctx, key)
+			require.NoError(t, err)
+			ends := lock.ExpiresAt()
+			old := r.locker(t, p.opt, WithTTL(time.Second))
+			_, err = old.TryAcquire(ctx, crashed) // its holder crashes
+			require.NoError(t, err)
+			crashedValue := r.onReplicaValue(t, crashed)
+
+			r.replica.Pause()
+			r.clock.Advance(time.Second)
+			err = lock.Refresh(ctx, 10*time.Second)
+			assert.ErrorIs(t, err, ErrNotReplicated)
+			assert.ErrorContains(t, err, "0 of 1 replicas acknowledged")
+			assert.Equal(t, ends, lock.ExpiresAt(), "an unacknowledged renewal is not believed")
+			assert.NoError(t, lock.Err(), "nor is it a loss: it is retried")
+
+			_, err = holder.TryAcquire(ctx, free)
+			assert.ErrorIs(t, err, ErrNotReplicated)
+			assert.Equal(t, int64(0), r.onPrimary.Exists(ctx, free).Val(), "the unacknowledged acquisition was undone")
+			_, err = holder.TryAcquire(ctx, crashed)
+			assert.ErrorIs(t, err, ErrNotReplicated, "the takeover of an expired lease too")
+			assert.Equal(t, int64(0), r.onPrimary.Exists(ctx, crashed).Val(), "the unacknowledged takeover was undone")
+
+			r.replica.Resume()
+			require.NoError(t, lock.Refresh(ctx, 10*time.Second))
+			assert.True(t, lock.ExpiresAt().After(ends))
+			assert.Equal(t, lock.value, r.onReplicaValue(t, key))
+			other, err := holder.TryAcquire(ctx, free)
+			require.NoError(t, err)
+			require.NoError(t, other.Release(ctx))
+			require.NoError(t, lock.Release(ctx))
+			assert.NotEqual(t, crashedValue, r.onReplicaValue(t, crashed))
+		})
+	}
+}
+
+// On a server without replicas every acquisition fails at once with a
+// clear error, leaving nothing behind; Acquire retries until its context
+// ends and then says why.
+func TestWithReplicasOnAServerWithoutReplicas(t *testing.T) {
+	server := redistest.Start(t)
+	raw := redis.NewClient(&redis.Options{Addr: server.Addr()})
+	t.Cleanup(func() { _ = raw.Close() })
+	for _, p := range paths {
+		t.Run(p.name, func(t *testing.T) {
+			client := redis.NewClient(&redis.Options{Addr: server.Addr(), MaxRetries: -1})
+			t.Cleanup(func() { _ = client.Close() })
+			l, err := New(client, p.opt, WithFencing(), WithReplicas(1, 20*time.Millisecond))
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = l.Close() })
+
+			_, err = l.TryAcquire(ctx, "lock.alone")
+			require.ErrorIs(t, err, ErrNotReplicated)
+			assert.Contains(t, err.Error(), `"lock.alone": 0 of 1 replicas acknowledged within 20ms`)
+			assert.Equal(t, int64(0), raw.Exists(ctx, "lock.alone").Val(), "the lock is not left behind")
+
+			waitCtx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+			defer cancel()
+			_, err = l.Acquire(waitCtx, "lock.alone")
+			assert.ErrorIs(t, err, ErrNotAcquired)
+			assert.ErrorIs(t, err, context.DeadlineExceeded)
+			assert.ErrorIs(t, err, ErrNotReplicated, "Acquire says why it never got the lock")
+			assert.Equal(t, int64(0), raw.Exists(ctx, "lock.alone").Val())
+		})
+	}
+}
+
+// Bad input is refused by New, before anything is sent.
+func TestWithReplicasRefusesWhatCannotWork(t *testing.T) {
+	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", ReadTimeout: time.Second})
+	t.Cleanup(func() { _ = client.Close() })
+	for _, tc := range []struct {
+		name   string
+		client redis.UniversalClient
+		opt    Option
+		says   string
+	}{
+		{"no replica", client, WithReplicas(0, time.Millisecond), "at least 1 replica"},
+		{"a timeout below 1ms", client, WithReplicas(1, time.Microsecond), "below 1ms"},
+		{"a timeout the client's reads do not outlast", client, WithReplicas(1, time.Second), "ReadTimeout"},
+		{"a Cluster client", redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:1"}}), WithReplicas(1, time.Millisecond), "one primary"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := New(tc.client, tc.opt)
+			assert.ErrorIs(t, err, ErrInvalidArgument)
+			assert.ErrorContains(t, err, tc.says)
+		})
+	}
+}
