@@ -101,7 +101,7 @@ func (l *Locker) won(ctx context.Context, key string, ours stamp, fencingToken i
 	if entry != nil && stillQueued {
 		l.dequeue(ctx, entry)
 	}
-	return l.grantReplicated(ctx, key, ours, fencingToken, EventAcquired)
+	return l.grantReplicated(ctx, key, ours, fencingToken, EventAcquired, entry)
 }
 
 // ownLostWrite takes a value of ours whose reply was lost (H5). With

@@ -112,7 +112,7 @@ func (l *Locker) create(ctx context.Context, key string, ours stamp, cmd redis.C
 	if created, _ := createdBy(cmd); created && isReplyError(incr.Err()) {
 		// The EXEC ran (a refusal at queueing would have aborted it): an
 		// INCR that fails then can only have found no integer (H7).
-		_ = l.undoWrite(ctx, key, ours.value)
+		_, _ = l.undoWrite(ctx, key, ours.value)
 		return false, 0, errFenceNotCounter(key)
 	}
 	if err = withCause(cmds, err); err != nil && !errors.Is(err, redis.Nil) { // SET NX that did not set answers nil

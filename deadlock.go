@@ -63,7 +63,7 @@ func (l *Locker) takeOver(ctx context.Context, key, expiredValue string, entry *
 	if err != nil && fence != nil && getset.Err() == nil && isReplyError(fence.Err()) {
 		// The counter is not an integer (H7): the GETSET ran, the INCR
 		// did not. Undo our write; the value it replaced was over.
-		_ = l.undoWrite(ctx, key, ours.value)
+		_, _ = l.undoWrite(ctx, key, ours.value)
 		return nil, false, errFenceNotCounter(key)
 	}
 	if err != nil {
@@ -95,7 +95,7 @@ func (l *Locker) takeOver(ctx context.Context, key, expiredValue string, entry *
 		if fence != nil {
 			token = fence.Val()
 		}
-		lock, err := l.grantReplicated(ctx, key, ours, token, EventRecovered)
+		lock, err := l.grantReplicated(ctx, key, ours, token, EventRecovered, entry)
 		return lock, false, err
 	}
 	if err := l.restore(ctx, key, ours.value, old); err != nil {

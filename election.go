@@ -233,12 +233,20 @@ func (l *Locker) publish(ctx context.Context, lead *Leadership) error {
 		case err == nil && !written:
 			return fmt.Errorf("%w: %q no longer holds our value", ErrNotHeld, k.key)
 		case err == nil:
-			// The record went out while the key was ours; the lease may
-			// still have ended by our clock meanwhile (a stall, H8).
-			if k.Err() != nil || expired(k.ExpiresAt(), l.cfg.clock.Now()) {
-				return errLeaseOver
+			// H9: with WithReplicas, the lock and the record must both
+			// survive a failover before anyone is told who leads.
+			err = l.replicateLeadership(ctx, lead, record)
+			if err == nil {
+				// The record went out while the key was ours; the lease
+				// may still have ended by our clock meanwhile (a stall, H8).
+				if k.Err() != nil || expired(k.ExpiresAt(), l.cfg.clock.Now()) {
+					return errLeaseOver
+				}
+				return nil
 			}
-			return nil
+			if !retryable(err) {
+				return err
+			}
 		case announce && l.caps.narrow(capPubSub, err):
 			// Refused: write the record without the announcement (once;
 			// if the record itself is refused, that run says so).
@@ -257,6 +265,23 @@ func (l *Locker) publish(ctx context.Context, lead *Leadership) error {
 		case <-timer.C:
 		}
 	}
+}
+
+// replicateLeadership waits, with WithReplicas, until the replicas have
+// the leadership's lock value and its record, on the server that holds
+// them (replicate). It holds the lock's turn to talk to Redis, so that no
+// renewal changes the value meanwhile.
+func (l *Locker) replicateLeadership(ctx context.Context, lead *Leadership, record string) error {
+	if l.cfg.replicas == 0 {
+		return nil
+	}
+	k := lead.lock
+	if err := k.lockOp(ctx, "publish"); err != nil {
+		return err
+	}
+	defer k.unlockOp()
+	ends := k.ExpiresAt()
+	return l.replicate(ctx, ourWrite{k.key, k.value}, ends.Sub(k.lease.began()), ends, ourWrite{LeaderKey(lead.name), record})
 }
 
 // unpublish deletes the election's record if it carries token, and

@@ -43,9 +43,9 @@ func (k *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 		pipe.PExpire(ctx, k.key, l.safetyNet(renewed.length()))
 	})
 	if err == nil && written {
-		// H9: a renewal the replicas did not acknowledge is believed no
-		// more than one lost on the network.
-		err = l.replicate(ctx, k.key, renewed.length())
+		// H9: a renewal the replicas did not acknowledge before the old
+		// lease ended is believed no more than one lost on the network.
+		err = l.replicate(ctx, ourWrite{k.key, renewed.value}, renewed.length(), k.ExpiresAt())
 	}
 	if err != nil {
 		// The new end may or may not be stored: believe the earlier one,

@@ -20,11 +20,22 @@ import (
 // own connection, and a replica that has one write of the primary's stream
 // has every write before it. So after the write that won (a script, SET NX,
 // SETNX, a watched GETSET or SET, on whatever pooled connection it went),
-// the Locker sends PEXPIRE of the key's safety net (H6) and WAIT together
-// on one connection: the PEXPIRE is a write of its own that follows ours
-// in the stream, and its acknowledgement is ours. The PEXPIRE is the one
-// setSafetyNet sends after a SETNX, whose length makes it safe even if it
-// lands late.
+// the Locker sends, in one pipeline and so on one connection, GET of the
+// key, PEXPIRE of its safety net (H6) and WAIT. The GET proves that the
+// server answering holds our value, so the PEXPIRE that follows is a write
+// that comes after ours in that server's stream, and the replicas that
+// acknowledge it have ours. Without the GET the count could be for another
+// server: go-redis resends a pipeline whose reply was lost on a new
+// connection, which a failover client opens to the promoted replica, where
+// a PEXPIRE of a key it never got writes nothing and WAIT counts every
+// replica at once. The PEXPIRE is the one setSafetyNet sends after a
+// SETNX, whose length makes it safe even if it lands late.
+//
+// The acknowledgement must come while the lease lasts: WAIT's timeout is
+// cut to the lease's remaining time, and an acknowledgement that arrives
+// after the end (of the old lease, for a renewal) does not count. A
+// renewal acknowledged late could otherwise revive a lease a promoted
+// replica, and a contender reading it, had seen end.
 
 // WithReplicas makes every write that creates or moves a lease (a won
 // SETNX or SET NX, a takeover, a claimed handoff, Refresh and every
@@ -67,46 +78,88 @@ func checkReplicasClient(client redis.UniversalClient, cfg config) error {
 	if !ok {
 		return fmt.Errorf("%w: WithReplicas needs the client of one primary (*redis.Client, or redis.NewFailoverClient), not %T", ErrInvalidArgument, client)
 	}
-	if read := single.Options().ReadTimeout; read > 0 && cfg.replicaTimeout >= read {
-		return fmt.Errorf("%w: WithReplicas timeout %v is not shorter than the client's ReadTimeout %v", ErrInvalidArgument, cfg.replicaTimeout, read)
+	// WAIT's reply takes a round trip more than its timeout, and a read
+	// that times out makes go-redis send the pipeline again.
+	if read := single.Options().ReadTimeout; read > 0 && cfg.replicaTimeout > read/2 {
+		return fmt.Errorf("%w: WithReplicas timeout %v is more than half the client's ReadTimeout %v", ErrInvalidArgument, cfg.replicaTimeout, read)
 	}
 	return nil
 }
 
+// ourWrite is a value we wrote at a key, which the replicas must have.
+type ourWrite struct{ key, value string }
+
+// errNotOurs is replicate's report of a server that does not hold one of
+// our writes: another one than took it (a failover), or our lease is over.
+var errNotOurs = errors.New("the server answering does not hold our write")
+
 // replicate waits, with WithReplicas, until enough replicas acknowledge
-// the lease write just made on key (see the top of this file); lease is
-// the lease written, whose length the safety net is counted from. It
-// returns nil without WithReplicas, and an error matching
-// ErrNotReplicated when too few acknowledged.
-func (l *Locker) replicate(ctx context.Context, key string, lease time.Duration) error {
+// the lease write just made (see the top of this file): lease is that
+// write, others are writes made with it that must survive too (an
+// election's record), ends is when the lease (for a renewal, the old one)
+// ends by the Locker's clock, and lease length the net is counted from. It
+// returns nil without WithReplicas, an error matching ErrNotReplicated when
+// too few acknowledged in time or the server answering does not hold our
+// writes (then also errNotOurs), and a network error otherwise.
+func (l *Locker) replicate(ctx context.Context, lease ourWrite, length time.Duration, ends time.Time, others ...ourWrite) error {
 	if l.cfg.replicas == 0 {
 		return nil
 	}
-	wait := redis.NewIntCmd(ctx, "wait", l.cfg.replicas, l.cfg.replicaTimeout.Milliseconds())
+	timeout := min(l.cfg.replicaTimeout, ends.Sub(l.cfg.clock.Now()))
+	if timeout < time.Millisecond {
+		return fmt.Errorf("%w: %q: the lease ends before the replicas could acknowledge it", ErrNotReplicated, lease.key)
+	}
+	all := append([]ourWrite{lease}, others...)
+	gets := make([]*redis.StringCmd, len(all))
+	var expire *redis.BoolCmd
+	wait := redis.NewIntCmd(ctx, "wait", l.cfg.replicas, timeout.Milliseconds())
 	_, err := l.client.Pipelined(ctx, func(pipe redis.Pipeliner) error {
-		pipe.PExpire(ctx, key, l.safetyNet(lease))
+		for i, w := range all {
+			gets[i] = pipe.Get(ctx, w.key)
+		}
+		expire = pipe.PExpire(ctx, lease.key, l.safetyNet(length))
 		_ = pipe.Process(ctx, wait)
 		return nil
 	})
+	for i, w := range all {
+		if current, _, getErr := stringReply(gets[i]); getErr == nil && current != w.value {
+			return fmt.Errorf("%w: %q: %w", ErrNotReplicated, w.key, errNotOurs)
+		}
+	}
 	if err != nil {
-		return fmt.Errorf("setnxlock: WAIT for the replicas of %q: %w", key, err)
+		return fmt.Errorf("setnxlock: WAIT for the replicas of %q: %w", lease.key, err)
+	}
+	if !expire.Val() {
+		return fmt.Errorf("%w: %q: %w", ErrNotReplicated, lease.key, errNotOurs)
 	}
 	if acked := wait.Val(); acked < int64(l.cfg.replicas) {
-		return fmt.Errorf("%w: %q: %d of %d replicas acknowledged within %v", ErrNotReplicated, key, acked, l.cfg.replicas, l.cfg.replicaTimeout)
+		return fmt.Errorf("%w: %q: %d of %d replicas acknowledged within %v", ErrNotReplicated, lease.key, acked, l.cfg.replicas, timeout)
+	}
+	if expired(ends, l.cfg.clock.Now()) {
+		return fmt.Errorf("%w: %q: acknowledged only after the lease ended", ErrNotReplicated, lease.key)
 	}
 	return nil
 }
 
 // grantReplicated is grant for a lease our write just won, once enough
-// replicas have it; otherwise the write is undone (a compare-and-delete of
-// our exact value) and the error says why. A win whose replication is
-// unknown (WAIT lost on the network) is undone too.
-func (l *Locker) grantReplicated(ctx context.Context, key string, won stamp, fencingToken int64, kind EventKind) (*Lock, error) {
-	if err := l.replicate(ctx, key, won.length()); err != nil {
-		if undoErr := l.undoWrite(ctx, key, won.value); undoErr != nil {
-			return nil, errors.Join(err, fmt.Errorf("setnxlock: undo of %q: %w; the lease runs out on its own", key, undoErr))
-		}
+// replicas have it. Otherwise the write is undone: deleted while the key
+// holds exactly our value, and waiters woken. A bare timestamp is undone
+// only when the server holding it answered (a failover may have put an
+// identical value of another client's where ours was). If the undo
+// fails, the write is remembered as one whose reply was lost (H5), so
+// that the next attempt takes it (through here again) instead of waiting
+// out our own lease.
+func (l *Locker) grantReplicated(ctx context.Context, key string, won stamp, fencingToken int64, kind EventKind, entry *queueEntry) (*Lock, error) {
+	err := l.replicate(ctx, ourWrite{key, won.value}, won.length(), won.expiry)
+	if err == nil {
+		return l.grant(key, won, fencingToken, kind)
+	}
+	if !l.cfg.format.tokens() && (!errors.Is(err, ErrNotReplicated) || errors.Is(err, errNotOurs)) {
 		return nil, err
 	}
-	return l.grant(key, won, fencingToken, kind)
+	if _, undoErr := l.undoWrite(ctx, key, won.value); undoErr != nil {
+		l.remember(key, won, entry)
+		return nil, errors.Join(err, fmt.Errorf("setnxlock: undo of %q: %w", key, undoErr))
+	}
+	return nil, err
 }

@@ -2,7 +2,9 @@ package setnxlock
 
 import (
 	"context"
+	"slices"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -190,4 +192,136 @@ func TestWithReplicasRefusesWhatCannotWork(t *testing.T) {
 			assert.ErrorContains(t, err, tc.says)
 		})
 	}
+}
+
+// sendTo is a go-redis hook that sends every pipeline holding a command
+// named name to another server instead, as go-redis's resend of a pipeline
+// whose reply was lost lands, through a failover client, on the promoted
+// replica.
+type sendTo struct {
+	name  string
+	other *redis.Client
+}
+
+func (h sendTo) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (h sendTo) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (h sendTo) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if !slices.ContainsFunc(cmds, func(c redis.Cmder) bool { return c.Name() == h.name }) {
+			return next(ctx, cmds)
+		}
+		_, err := h.other.Pipelined(ctx, func(pipe redis.Pipeliner) error {
+			for _, c := range cmds {
+				_ = pipe.Process(ctx, c)
+			}
+			return nil
+		})
+		return err
+	}
+}
+
+// The WAIT is believed only from the server that holds our write: sent to
+// another primary, whose own replica acknowledges at once a connection
+// that wrote nothing there, it grants nothing. On every path.
+func TestWithReplicasCountsOnlyTheServerThatHoldsOurWrite(t *testing.T) {
+	r, elsewhere := startReplicated(t), startReplicated(t)
+	for _, p := range paths {
+		t.Run(p.name, func(t *testing.T) {
+			l := r.locker(t, p.opt)
+			l.client.(*redis.Client).AddHook(sendTo{name: "wait", other: elsewhere.onPrimary})
+			_, err := l.TryAcquire(ctx, "lock.moved."+p.name)
+			assert.ErrorIs(t, err, ErrNotReplicated)
+			assert.ErrorIs(t, err, errNotOurs)
+			assert.Equal(t, int64(0), elsewhere.onPrimary.Exists(ctx, "lock.moved."+p.name).Val(), "nothing is written where our write is not")
+		})
+	}
+}
+
+// A renewal acknowledged only after the old lease ended (here the clock
+// jumps while WAIT waits) is not believed: a promoted replica without it
+// would have let a contender in at the old end. WAIT itself never waits
+// past that end.
+func TestWithReplicasBelievesNoRenewalAcknowledgedAfterTheLeaseEnded(t *testing.T) {
+	r := startReplicated(t)
+	l := r.locker(t)
+	lock, err := l.TryAcquire(ctx, "lock.late")
+	require.NoError(t, err)
+	ends := lock.ExpiresAt()
+
+	r.clock.Set(ends.Add(-30 * time.Millisecond))
+	var waitArgs []any
+	hookCommand(l.client.(*redis.Client), "wait", func(send func() error) error {
+		r.clock.Set(ends) // the acknowledgement arrives as the old lease ends
+		return send()
+	})
+	l.client.(*redis.Client).AddHook(argsOf{name: "wait", args: &waitArgs})
+	err = lock.Refresh(ctx, 10*time.Second)
+	assert.ErrorIs(t, err, ErrNotReplicated)
+	assert.ErrorContains(t, err, "acknowledged only after the lease ended")
+	assert.Equal(t, ends, lock.ExpiresAt(), "the renewal is not believed")
+	require.Len(t, waitArgs, 3)
+	assert.Equal(t, int64(30), waitArgs[2], "WAIT waits no longer than the lease has left")
+}
+
+// argsOf records the arguments of the last command named name.
+type argsOf struct {
+	name string
+	args *[]any
+}
+
+func (h argsOf) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h argsOf) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if cmd.Name() == h.name {
+			*h.args = cmd.Args()
+		}
+		return next(ctx, cmd)
+	}
+}
+func (h argsOf) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, cmd := range cmds {
+			if cmd.Name() == h.name {
+				*h.args = cmd.Args()
+			}
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// A win whose WAIT was lost on the network and whose undo failed too is
+// remembered as our own write (H5): Acquire takes it as soon as the
+// network is back, instead of waiting out its own lease.
+func TestWithReplicasRemembersAWinItCouldNeitherConfirmNorUndo(t *testing.T) {
+	r := startReplicated(t)
+	l := r.locker(t, WithBackoff(time.Millisecond, 20*time.Millisecond))
+	var mu sync.Mutex
+	var downUntil time.Time
+	faulted := false
+	hookCommand(l.client.(*redis.Client), "wait", func(send func() error) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if faulted {
+			return send()
+		}
+		faulted = true
+		downUntil = time.Now().Add(300 * time.Millisecond)
+		_ = send()
+		return errLostReply{}
+	})
+	hookCommand(l.client.(*redis.Client), "watch", func(send func() error) error { // the undo's transaction
+		mu.Lock()
+		down := time.Now().Before(downUntil)
+		mu.Unlock()
+		if down {
+			return errLostReply{}
+		}
+		return send()
+	})
+	actx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	lock, err := l.Acquire(actx, "lock.unconfirmed")
+	require.NoError(t, err, "Acquire takes its own unconfirmed win once the network is back")
+	assert.Equal(t, lock.value, r.onReplicaValue(t, "lock.unconfirmed"))
+	require.NoError(t, lock.Release(ctx))
 }

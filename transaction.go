@@ -138,11 +138,10 @@ func (l *Locker) checkTransactions(ctx context.Context) error {
 const undoTimeout = time.Second
 
 // undoWrite deletes key while it holds exactly value, a write of ours that
-// won but is given back before anyone was granted it.
-func (l *Locker) undoWrite(ctx context.Context, key, value string) error {
+// won but is given back before anyone was granted it, and wakes the key's
+// waiters, as a release would.
+func (l *Locker) undoWrite(ctx context.Context, key, value string) (deleted bool, err error) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), undoTimeout)
 	defer cancel()
-	_, err := l.compareAndWrite(ctx, key, func(current string) bool { return current == value },
-		func(pipe redis.Pipeliner) { pipe.Del(ctx, key) })
-	return err
+	return l.deleteOwned(ctx, key, func(current string) bool { return current == value })
 }
