@@ -345,3 +345,36 @@ func TestAResentReleaseKnowsItsWorkAfterTheNextHolderReleased(t *testing.T) {
 		assert.NoError(t, err, "A released its lease: the resend must not report it lost")
 	})
 }
+
+// Finding (H3 with bare timestamps, seen in `make chaos`, formats mode):
+// a bare-timestamp Release whose reply was lost is resent by go-redis
+// after its read timeout; by then another holder can have written the
+// very same value (UnixSeconds: any lease taken in the same second), which
+// the resend's owner check takes for ours. The resend must recognise its
+// own release by the run's id and leave the successor's lock alone.
+func TestAResentBareReleaseLeavesAnIdenticalSuccessorAlone(t *testing.T) {
+	onEachBackend(t, func(t *testing.T, b *backend) {
+		p := faultproxy.Start(t, b.addr)
+		c := redis.NewClient(&redis.Options{Addr: p.Addr(), ReadTimeout: time.Second})
+		t.Cleanup(func() { _ = c.Close() })
+		a := b.lockerOn(t, c, scripted, WithFormat(UnixSeconds))
+		warm(t, a)
+		lock, err := a.TryAcquire(ctx, "lock.k")
+		require.NoError(t, err)
+		sent := p.Count("evalsha")
+		p.LoseReplies(func(command string, nth int) bool { return command == "evalsha" && nth == sent+1 })
+
+		released := make(chan error, 1)
+		go func() { released <- lock.Release(ctx) }()
+		require.Eventually(t, func() bool { return b.value(t, "lock.k") == "<missing>" }, await.Timeout, time.Millisecond,
+			"the release's first run to delete the key")
+		successor, err := b.locker(t, scripted, WithFormat(UnixSeconds)).TryAcquire(ctx, "lock.k")
+		require.NoError(t, err)
+		require.Equal(t, lock.value, successor.value, "the same second: the very same bare value")
+
+		assert.NoError(t, await.Recv(t, released, "A's Release, resent by go-redis"))
+		require.Equal(t, sent+2, p.Count("evalsha"), "go-redis resent the release")
+		assert.Equal(t, successor.value, b.value(t, "lock.k"), "the resend left the successor's lock alone")
+		require.NoError(t, successor.Release(ctx))
+	})
+}

@@ -186,7 +186,9 @@ func (l *Locker) runRelease(ctx context.Context, k *Lock, marking, handing bool)
 	}
 	args := []any{channel, now.UnixMilli(), hand, claimWindow.Milliseconds(), remember, k.token}
 	if k.token == "" {
-		args = append(args, k.value)
+		// This run's own id: what a resend recognises its work by, since a
+		// bare value may be written again, identically, by the next holder.
+		args = append(args, newToken(), k.value)
 		for _, v := range k.maybe {
 			args = append(args, v)
 		}

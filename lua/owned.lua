@@ -2,7 +2,7 @@
 -- release.lua.
 --
 -- ARGV[6]     our owner token, or '' when our values carry none
--- ARGV[7..]   without a token: the exact values that are ours
+-- ARGV[8..]   without a token: the exact values that are ours
 --
 -- A value is ours when it carries our token or, without one, when it is
 -- exactly a value we wrote.
@@ -10,7 +10,7 @@ local function owned(value)
   if ARGV[6] ~= '' then
     return string.sub(value, -#ARGV[6] - 1) == ':' .. ARGV[6]
   end
-  for i = 7, #ARGV do
+  for i = 8, #ARGV do
     if value == ARGV[i] then return true end
   end
   return false

@@ -11,16 +11,21 @@
 -- ARGV[5]   how long to remember this release, in ms (the rest of our
 --           lease), or '0' not to
 -- ARGV[6]   our owner token, or '' when our values carry none
--- ARGV[7..] without a token: the exact values that are ours
+-- ARGV[7]   without a token: this release's own id, fresh for each run
+--           the client makes (go-redis resends it unchanged)
+-- ARGV[8..] without a token: the exact values that are ours
 --
 -- Only if the key is ours (H3), it hands the key to the first queued
 -- waiter that hears of it (handOn), or else deletes it and wakes the key's
 -- other waiters; then it remembers what it released for the rest of our
--- lease: our token, or the value, in a sorted set scored by the instant
--- until which each is remembered. go-redis sends a script again when its
--- reply was lost; the second run finds the key no longer ours, even if the
--- key has had other holders since, and recognises its own release (H5)
--- instead of reporting the lease lost.
+-- lease: our token, or without one this release's id, in a sorted set
+-- scored by the instant until which each is remembered. go-redis sends a
+-- script again when its reply was lost; the second run finds the key no
+-- longer ours, even if the key has had other holders since, and
+-- recognises its own release (H5) instead of reporting the lease lost.
+-- Without a token the second run looks for its id first: by then another
+-- holder may have written the very same bare timestamp (the same second),
+-- which the owner check would take for ours and delete (H3).
 --
 -- Returns {2, ''}     handed to a waiter
 --         {1, error}  deleted; error is why a handoff failed, or ''
@@ -35,16 +40,16 @@ end
 if ARGV[3] == '1' then waiters = KEYS[index] end
 local now = tonumber(ARGV[2])
 
+-- what this release remembers itself by: our token, or its own id
+local member = ARGV[6]
+if member == '' then member = ARGV[7] end
+
 local function remembered()
   if not marker then return false end
-  local first, last = 6, 6
-  if ARGV[6] == '' then first, last = 7, #ARGV end
-  for i = first, last do
-    if type(redis.pcall('zscore', marker, ARGV[i])) == 'string' then return true end
-  end
-  return false
+  return type(redis.pcall('zscore', marker, member)) == 'string'
 end
 
+if ARGV[6] == '' and remembered() then return {3, ''} end
 local current = redis.pcall('get', KEYS[1])
 if type(current) ~= 'string' or not owned(current) then
   if remembered() then return {3, ''} end
@@ -53,8 +58,6 @@ end
 
 local function remember()
   if not marker then return end
-  local member = ARGV[6]
-  if member == '' then member = current end
   redis.pcall('zremrangebyscore', marker, '-inf', now)
   redis.pcall('zadd', marker, now + tonumber(ARGV[5]), member)
   local ttl = redis.pcall('pttl', marker)
