@@ -551,10 +551,11 @@ func useWakeups(u *aclUser) error {
 
 // useHandoff: a waiter that gives up leaves the key's queue; another
 // queues, and the holder's release hands the key straight to it: no DEL
-// runs between the two holders.
+// runs between the two holders (a release that hands over in order: the
+// clock stands still, so no waiter has waited out the default threshold).
 func useHandoff(u *aclUser) error {
 	const key = "lock.handoff"
-	holder, err := u.locker().TryAcquire(ctx, key)
+	holder, err := u.locker(scripted).TryAcquire(ctx, key)
 	if err != nil {
 		return err
 	}

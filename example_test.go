@@ -296,6 +296,31 @@ func ExampleNewServerClock() {
 	// Output: <nil> true
 }
 
+func ExampleWithStarvationThreshold() {
+	client, done := newClient()
+	defer done()
+	ctx := context.Background()
+	// Every release hands the key to the first waiter in line, however
+	// briefly it has waited: strict first come, first served.
+	locker, _ := setnxlock.New(client, setnxlock.WithStarvationThreshold(0))
+
+	holder, _ := locker.TryAcquire(ctx, "lock.jobs")
+	next := make(chan *setnxlock.Lock, 1)
+	waitCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	go func() {
+		lock, _ := locker.Acquire(waitCtx, "lock.jobs") // queues behind holder
+		next <- lock
+	}()
+	time.Sleep(10 * time.Millisecond) // bounded: it only lets the waiter queue first
+	_ = holder.Release(ctx)
+	if lock := <-next; lock != nil { // bounded: Acquire gives up with waitCtx
+		fmt.Println(lock.Key())
+		_ = lock.Release(ctx)
+	}
+	// Output: lock.jobs
+}
+
 func ExampleWithSkewMargin() {
 	client, done := newClient()
 	defer done()

@@ -16,6 +16,15 @@ import (
 // then announces it on the waiter's Locker's channel. The key is never free
 // in between, so nobody barges in and waiters are served in order.
 //
+// Handing over costs the handed waiter a message and a claim, which is
+// worth it only once it has waited: adaptive barging, after sync.Mutex.
+// While the first waiter in line has waited less than the releaser's
+// starvation threshold (WithStarvationThreshold, 1ms by default), the
+// release frees the key and only wakes that waiter, which keeps its place,
+// and whoever comes first takes the key (handon.lua). A waiter that leaves
+// the queue while the key is free wakes the next in line, so that a free
+// key never waits on a waiter that left (leave.lua).
+//
 // Hearing is not holding. The provisional value states an end claimWindow
 // after the release and expires on the server then; the waiter takes the
 // lease by claiming the key with a lease of its own, dated by its own clock

@@ -13,8 +13,19 @@ import (
 	"github.com/setnxlock/setnxlock/internal/await"
 )
 
-// scripted is the scripts path, on which Lockers queue and hand over.
-var scripted = paths[0].opt
+// scripted is the scripts path, on which Lockers queue and hand over,
+// with every release handing the key over in order (a starvation threshold
+// of 0): the tests that use it are about the handoff itself, and with a
+// ManualClock that stands still no waiter would ever have waited long
+// enough for the default threshold. Adaptive barging, the default, has
+// tests of its own (barging_test.go), and the stress tests and the chaos
+// harness run the default.
+var scripted = Option(func(c *config) error {
+	if err := paths[0].opt(c); err != nil {
+		return err
+	}
+	return WithStarvationThreshold(0)(c)
+})
 
 // queued waits until key's queue holds n entries and returns them.
 func (b *backend) queued(t *testing.T, key string, n int) []string {

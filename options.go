@@ -13,6 +13,10 @@ const (
 	DefaultMinBackoff = 5 * time.Millisecond
 	// DefaultMaxBackoff caps Acquire's exponentially growing wait.
 	DefaultMaxBackoff = 250 * time.Millisecond
+	// DefaultStarvationThreshold is how long the first queued waiter waits
+	// before releases hand it the key, when WithStarvationThreshold is not
+	// given.
+	DefaultStarvationThreshold = time.Millisecond
 )
 
 // Option configures a Locker. An option given an out-of-range value makes
@@ -30,6 +34,7 @@ type config struct {
 	autoRefresh bool
 	fencing     bool
 	skewMargin  time.Duration
+	starvation  time.Duration // WithStarvationThreshold; 0: every release hands over in order
 	observer    Observer
 	noScripts   bool   // WithoutScripts: only the classic commands, never EVAL/EVALSHA
 	format      Format // what we write; we read every format
@@ -47,6 +52,7 @@ func defaultConfig() config {
 		clock:      systemClock{},
 		minBackoff: DefaultMinBackoff,
 		maxBackoff: DefaultMaxBackoff,
+		starvation: DefaultStarvationThreshold,
 
 		subscribeTimeout: defaultSubscribeTimeout,
 	}
@@ -154,12 +160,34 @@ func WithFencing() Option {
 // own lease is unaffected: it ends when it says.
 func WithSkewMargin(margin time.Duration) Option {
 	return func(c *config) error {
-		if margin < 0 {
-			return fmt.Errorf("%w: skew margin %v is negative", ErrInvalidArgument, margin)
-		}
 		c.skewMargin = margin
-		return nil
+		return nonNegative("skew margin", margin)
 	}
+}
+
+// WithStarvationThreshold sets when a release hands the key to the first
+// waiter in its queue (default DefaultStarvationThreshold), after Go's
+// sync.Mutex and its normal and starvation modes. While that waiter has
+// waited less than d, the release frees the key and wakes it, and whoever
+// comes first takes the key, the releaser's own next Acquire included:
+// short waits cost no handoff. Once it has waited d, releases hand the key
+// over in order, so that no waiter's wait grows without bound. 0 hands
+// every key over in order. It applies to the releases of Lockers that hand
+// over (see Acquire); the wait is judged by the waiter's clock at arrival
+// and the releaser's at release, so clock skew moves d by the skew.
+func WithStarvationThreshold(d time.Duration) Option {
+	return func(c *config) error {
+		c.starvation = d
+		return nonNegative("starvation threshold", d)
+	}
+}
+
+// nonNegative refuses a negative duration given for what.
+func nonNegative(what string, d time.Duration) error {
+	if d < 0 {
+		return fmt.Errorf("%w: %s %v is negative", ErrInvalidArgument, what, d)
+	}
+	return nil
 }
 
 // MinBackoffFloor is the smallest minimum backoff WithBackoff accepts, so

@@ -34,6 +34,7 @@ func TestBadConfigurationIsRejected(t *testing.T) {
 		"negative backoff bound": {client: client, opts: []Option{WithBackoff(-time.Millisecond, time.Second)}},
 		"unknown format":         {client: client, opts: []Option{WithFormat(Format(42))}},
 		"negative format":        {client: client, opts: []Option{WithFormat(Format(-1))}},
+		"negative starvation":    {client: client, opts: []Option{WithStarvationThreshold(-time.Millisecond)}},
 	}
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {

@@ -55,7 +55,8 @@ const (
 func (p scriptPath) queuedClaim(ctx context.Context, key string, ours stamp, entry *queueEntry) (claimOutcome, error) {
 	l := p.l
 	keys := []string{key, waitersKey(key)}
-	reply, err := queuedScript.Run(ctx, l.client, keys, ours.value, l.safetyNet(ours.length()).Milliseconds(), entry.member, entry.token).Slice()
+	now := l.cfg.clock.Now().UnixMicro() // our arrival, if we are new to the queue
+	reply, err := queuedScript.Run(ctx, l.client, keys, ours.value, l.safetyNet(ours.length()).Milliseconds(), entry.member, entry.token, now).Slice()
 	if err != nil {
 		return claimOutcome{}, err
 	}
@@ -116,7 +117,7 @@ func (p scriptPath) leave(ctx context.Context, entry *queueEntry) error {
 	if p.l.caps.allows(capPubSub) {
 		channel = WakeChannel(entry.key)
 	}
-	now := p.l.cfg.clock.Now().UnixMilli()
+	now := p.l.cfg.clock.Now().UnixMicro()
 	err := leaveScript.Run(ctx, p.l.client, []string{entry.key, waitersKey(entry.key)},
 		entry.member, entry.token, channel, strconv.FormatInt(now, 10), claimWindow.Milliseconds()).Err()
 	if p.l.caps.narrow(capQueue, err) {

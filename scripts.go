@@ -169,8 +169,9 @@ func (p scriptPath) release(ctx context.Context, k *Lock) (bool, error) {
 // handoff as asked.
 func (l *Locker) runRelease(ctx context.Context, k *Lock, marking, handing bool) (bool, error) {
 	now := l.cfg.clock.Now()
-	keys := []string{k.key}
-	channel, hand, remember := "", "", int64(0)
+	keys := make([]string, 1, 3) // the key, its marker, its waiters: one allocation
+	keys[0] = k.key
+	channel, hand, remember := "", any(""), int64(0)
 	if l.caps.allows(capPubSub) {
 		channel = WakeChannel(k.key)
 	}
@@ -182,9 +183,9 @@ func (l *Locker) runRelease(ctx context.Context, k *Lock, marking, handing bool)
 	}
 	if handing {
 		keys = append(keys, waitersKey(k.key))
-		hand = "1"
+		hand = l.cfg.starvation.Microseconds()
 	}
-	args := []any{channel, now.UnixMilli(), hand, claimWindow.Milliseconds(), remember, k.token}
+	args := []any{channel, now.UnixMicro(), hand, claimWindow.Milliseconds(), remember, k.token}
 	if k.token == "" {
 		// This run's own id: what a resend recognises its work by, since a
 		// bare value may be written again, identically, by the next holder.

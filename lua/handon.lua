@@ -1,11 +1,13 @@
--- handon.lua: handOn(key, waiters, now, window), shared by release.lua and
--- leave.lua.
+-- handon.lua: handOn(key, waiters, now, window, barge), shared by
+-- release.lua and leave.lua.
 --
 -- key      the lock key, which the caller owns
 -- waiters  its waiters: a sorted set of entries "<Locker id>:<token>",
---          scored by arrival
--- now      the caller's clock in Unix ms
+--          scored by arrival, in Unix µs by the waiter's clock (queued.lua)
+-- now      the caller's clock in Unix µs
 -- window   how long a waiter has to claim the key, in ms
+-- barge    the starvation threshold in µs: while the first waiter has
+--          waited less, the key is not handed over; 0 always hands over
 --
 -- Gives key to the first waiter whose Locker hears of it. For each
 -- entry, first in line first, it takes the entry off the queue, writes a
@@ -17,28 +19,48 @@
 -- costs window ms, never a lease. An entry whose Locker nobody listens for
 -- is skipped.
 --
--- Returns  1         handed to a waiter
+-- Adaptive barging, after Go's sync.Mutex: while the first waiter in line
+-- has waited less than barge, handing it the key would serialise every
+-- cycle through a message for nothing, so the key is not handed over:
+-- the waiter is only woken (the same message, with no value written for
+-- it), it stays first in line, and the caller frees the key for whoever
+-- comes first. Once the first waiter has waited longer, keys are handed
+-- over in order. A waiter's wait is judged by two clients' clocks, so
+-- skew moves the threshold by the skew; it decides who goes first, never
+-- who holds.
+--
+-- Returns  2         not handed over: the first waiter heard it may race
+--                    for the key, which the caller frees
+--          1         handed to a waiter
 --          0         no waiter left: the caller deletes the key
 --         -1, error  the queue, the write or the channel failed (refused
 --                    by ACL, say): the entry is back in its place, and the
 --                    caller deletes the key and reports error
-local function handOn(key, waiters, now, window)
+local function handOn(key, waiters, now, window, barge)
   while true do
     local head = redis.pcall('zrange', waiters, 0, 0, 'withscores')
     if type(head) ~= 'table' or head.err or #head < 2 then return 0 end
     local entry, place = head[1], head[2]
+    local locker, token = string.match(entry, '^([^:]+):([^:]+)$')
+    local channel = locker and 'setnxlock:handoff:' .. locker
+    if locker and now - tonumber(place) < barge then
+      -- Nothing is written for the waiter, which stays first in line.
+      local heard = redis.pcall('publish', channel, token .. ':' .. key)
+      if type(heard) ~= 'number' then return -1, heard.err end
+      if heard > 0 then return 2 end
+      locker = nil -- nobody listens for it: it leaves the queue, below
+    end
     -- Every entry this loop reads leaves the queue, or the loop ends: a
     -- refused ZREM would otherwise read the same head for ever, in a
     -- script that has written and cannot be killed.
     local taken = redis.pcall('zrem', waiters, entry)
     if type(taken) ~= 'number' then return -1, taken.err end
-    local locker, token = string.match(entry, '^([^:]+):([^:]+)$')
     if locker then
-      local value = string.format('%.0f', now + window) .. ':' .. token
+      local value = string.format('%.0f', math.floor(now / 1000) + window) .. ':' .. token
       local written = redis.pcall('set', key, value, 'px', window)
       local heard = 0
       if not written.err then
-        heard = redis.pcall('publish', 'setnxlock:handoff:' .. locker, token .. ':' .. key)
+        heard = redis.pcall('publish', channel, token .. ':' .. key)
       end
       if written.err or type(heard) ~= 'number' then
         redis.pcall('zadd', waiters, place, entry)

@@ -7,6 +7,7 @@
 -- ARGV[2]  the safety net in ms: our lease plus the grace (H6)
 -- ARGV[3]  our entry, "<Locker id>:<token>"
 -- ARGV[4]  our entry's token
+-- ARGV[5]  our clock in Unix µs: our arrival, if we are new to the queue
 --
 -- Returns {1, ''}         the key is ours, holding our value and its safety
 --                         net, and our entry is off the queue: SETNX
@@ -42,8 +43,10 @@ local place = redis.pcall('zscore', KEYS[2], ARGV[3])
 if place == false then
   local last = redis.pcall('zrange', KEYS[2], -1, -1, 'withscores')
   if last.err then return {3, current, last.err} end
-  local score = 1
-  if #last == 2 then score = tonumber(last[2]) + 1 end
+  -- Scored by arrival, and after everyone already in line whatever the
+  -- clocks: the score tells a release how long we have waited (handOn).
+  local score = tonumber(ARGV[5])
+  if #last == 2 then score = math.max(score, tonumber(last[2]) + 1) end
   place = redis.pcall('zadd', KEYS[2], score, ARGV[3])
 end
 if type(place) == 'table' then return {3, current, place.err} end

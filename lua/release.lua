@@ -5,8 +5,10 @@
 -- KEYS[2..] when ARGV[5] is not '0': its release marker (releasedKey);
 --           then, when ARGV[3] is '1': its waiters (waitersKey)
 -- ARGV[1]   the key's wake channel, or '' for none
--- ARGV[2]   the releaser's clock in Unix ms
--- ARGV[3]   '1' to hand the key to a queued waiter, '' not to
+-- ARGV[2]   the releaser's clock in Unix µs
+-- ARGV[3]   '' not to hand the key to a queued waiter; else the
+--           starvation threshold in µs (handOn's barge), '0' to hand it
+--           over whatever the wait
 -- ARGV[4]   the claim window of a handoff, in ms
 -- ARGV[5]   how long to remember this release, in ms (the rest of our
 --           lease), or '0' not to
@@ -17,7 +19,8 @@
 --
 -- Only if the key is ours (H3), it hands the key to the first queued
 -- waiter that hears of it (handOn), or else deletes it and wakes the key's
--- other waiters; then it remembers what it released for the rest of our
+-- other waiters (and, when handOn let the waiters barge, the first in
+-- line); then it remembers what it released for the rest of our
 -- lease: our token, or without one this release's id, in a sorted set
 -- scored by the instant until which each is remembered. go-redis sends a
 -- script again when its reply was lost; the second run finds the key no
@@ -37,8 +40,8 @@ if ARGV[5] ~= '0' then
   marker = KEYS[index]
   index = index + 1
 end
-if ARGV[3] == '1' then waiters = KEYS[index] end
-local now = tonumber(ARGV[2])
+if ARGV[3] ~= '' then waiters = KEYS[index] end
+local now = math.floor(tonumber(ARGV[2]) / 1000) -- ms, for the marker
 
 -- what this release remembers itself by: our token, or its own id
 local member = ARGV[6]
@@ -68,7 +71,7 @@ end
 
 local failed = ''
 if waiters then
-  local handed, err = handOn(KEYS[1], waiters, now, tonumber(ARGV[4]))
+  local handed, err = handOn(KEYS[1], waiters, tonumber(ARGV[2]), tonumber(ARGV[4]), tonumber(ARGV[3]))
   if handed == 1 then
     remember()
     return {2, ''}

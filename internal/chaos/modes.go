@@ -17,14 +17,14 @@ import (
 
 // The modes `make chaos` runs, in order.
 const (
-	ModeDefault     = "default"     // setnxlock.New(client): scripts, queue and handoff
+	ModeDefault     = "default"     // setnxlock.New(client): scripts, queue, adaptive barging and handoff
 	ModeNoScripts   = "noscripts"   // WithoutScripts: the command path, wake-ups, no queue
 	ModeClassic     = "classic"     // WithClassicCommands: SETNX and PEXPIRE, no SET options
 	ModeFormats     = "formats"     // TokenFormat, UnixMillis, UnixSeconds and FloatSeconds Lockers on the same keys
 	ModeAutoRefresh = "autorefresh" // WithAutoRefresh, holders keeping locks past one TTL
 	ModeFencing     = "fencing"     // WithFencing, half of them WithoutScripts; the fenced resource checked
 	ModeCluster     = "cluster"     // default Lockers on a 3-master Redis Cluster the harness starts
-	ModeMixed       = "mixed"       // default, polling and bare-format Lockers on the same keys
+	ModeMixed       = "mixed"       // default, in-order handoff, polling and bare-format Lockers on the same keys
 	ModeElection    = "election"    // Campaign and Resign: each key an election's lock, each term a fencing token
 )
 
@@ -39,6 +39,7 @@ type LockerConfig struct {
 	Classic     bool // WithClassicCommands
 	AutoRefresh bool // WithAutoRefresh
 	Fencing     bool // WithFencing
+	InOrder     bool // WithStarvationThreshold(0): every release hands over in order, no barging
 	// Election: the loops Campaign for the election whose lock is the key
 	// (ElectionKey) and Resign, instead of Acquire and Release. A
 	// leadership renews itself and its term is a fencing token, whatever
@@ -76,6 +77,9 @@ func (c LockerConfig) Options() []setnxlock.Option {
 	if c.Fencing {
 		opts = append(opts, setnxlock.WithFencing())
 	}
+	if c.InOrder {
+		opts = append(opts, setnxlock.WithStarvationThreshold(0))
+	}
 	return opts
 }
 
@@ -85,7 +89,7 @@ func (c LockerConfig) String() string {
 	for _, f := range []struct {
 		on   bool
 		name string
-	}{{c.NoScripts, "noscripts"}, {c.Classic, "classic"}, {c.AutoRefresh, "autorefresh"}, {c.Fencing, "fencing"}, {c.Election, "election"}, {c.User == UserPoller, "poller"}} {
+	}{{c.NoScripts, "noscripts"}, {c.Classic, "classic"}, {c.AutoRefresh, "autorefresh"}, {c.Fencing, "fencing"}, {c.InOrder, "inorder"}, {c.Election, "election"}, {c.User == UserPoller, "poller"}} {
 		if f.on {
 			parts = append(parts, f.name)
 		}
@@ -114,6 +118,8 @@ func lockerFor(mode string, slot int) LockerConfig {
 		c.NoScripts = slot%4 >= 2                               // half on the scripts, half on the commands alone
 	case ModeMixed:
 		switch slot % 4 {
+		case 1:
+			c.InOrder = true
 		case 2:
 			c.User = UserPoller
 		case 3:
