@@ -14,6 +14,9 @@ import (
 // reply splits an error reply into its code and its message; ok is false
 // when err is not a reply from the server (a transport error, say).
 func reply(err error) (code, message string, ok bool) {
+	if err == nil {
+		return "", "", false // before errors.As, whose target escapes: one allocation per command otherwise
+	}
 	var redisErr redis.Error
 	if !errors.As(err, &redisErr) {
 		return "", "", false

@@ -32,8 +32,8 @@ func newToken() string { return rand.Text() }
 
 // formatValue renders a value of our own format.
 func formatValue(expiry time.Time, token string) string {
-	b := make([]byte, 0, 14+1+len(token))
-	b = strconv.AppendInt(b, expiry.UnixMilli(), 10)
+	var buf [64]byte // on the stack for our tokens: the string is the one allocation
+	b := strconv.AppendInt(buf[:0], expiry.UnixMilli(), 10)
 	b = append(b, ':')
 	b = append(b, token...)
 	return string(b)
