@@ -18,6 +18,7 @@ type caseSpec struct {
 	title   string
 	workers int
 	hold    time.Duration
+	shared  bool // the workers share one Redis client and one locker, as a service's goroutines do
 	crash   bool
 }
 
@@ -27,11 +28,16 @@ func cases() []caseSpec {
 		{id: "uncontended", title: "uncontended, 1 worker", workers: 1},
 		{id: "w8-hold0", title: "8 workers, 0 ms hold", workers: 8},
 		{id: "w8-hold1ms", title: "8 workers, 1 ms hold", workers: 8, hold: time.Millisecond},
+		{id: caseShared, title: "8 workers sharing one Locker, 1 ms hold", workers: 8, hold: time.Millisecond, shared: true},
 		{id: "w32-hold0", title: "32 workers, 0 ms hold", workers: 32},
 		{id: "w32-hold1ms", title: "32 workers, 1 ms hold", workers: 32, hold: time.Millisecond},
 		{id: "crash", title: "crash recovery", workers: 2, crash: true},
 	}
 }
+
+// caseShared is the id of the case whose workers share one client and
+// one locker.
+const caseShared = "w8-hold1ms-shared"
 
 // runs reports whether lib takes part in c.
 func (c caseSpec) runs(lib *library) bool {
@@ -61,8 +67,9 @@ type runResult struct {
 	handoffs     []time.Duration // contended: release → another worker's acquire; crash: lease end → takeover
 	selfPairs    int             // consecutive cycles by the same worker
 	pairs        int
-	commands     map[string]int64
-	roundTrips   int64 // writes by the workers' clients: commands, pipelines and MULTI/EXEC blocks
+	commands     commandStats
+	serverCPU    time.Duration // the server's main-thread CPU time during the measured window
+	roundTrips   int64         // writes by the workers' clients: commands, pipelines and MULTI/EXEC blocks
 	mallocs      uint64
 	errors       int64
 	firstErr     error
@@ -84,30 +91,17 @@ const errorBudget = 1000
 // runThroughput runs lib's workers in loops of acquire, hold, release on
 // one key for the configured duration.
 func (h *harness) runThroughput(lib *library, c caseSpec, round int) (runResult, error) {
-	var shared any
-	if lib.newShared != nil {
-		shared = lib.newShared()
+	workers, closeAll, err := h.newWorkers(lib, c.workers, c.shared, h.cfg.ttl)
+	if err != nil {
+		return runResult{}, err
 	}
-	workers := make([]worker, c.workers)
-	defer func() {
-		for _, w := range workers {
-			if w != nil {
-				_ = w.close()
-			}
-		}
-	}()
-	for i := range workers {
-		w, err := lib.newWorker(h.addr, h.cfg.ttl, shared)
-		if err != nil {
-			return runResult{}, fmt.Errorf("%s: new worker: %w", lib.name, err)
-		}
-		workers[i] = w
-	}
+	defer closeAll()
 	key := fmt.Sprintf("bench.%s.%s.r%d", c.id, lib.keyPart(), round) // no run meets another's leftovers
 	if err := h.warmUp(workers, key); err != nil {
 		return runResult{}, fmt.Errorf("%s: warm-up: %w", lib.name, err)
 	}
-	if err := h.resetStats(lib); err != nil {
+	cpuBefore, err := h.resetStats(lib)
+	if err != nil {
 		return runResult{}, err
 	}
 
@@ -180,9 +174,40 @@ func (h *harness) runThroughput(lib *library, c caseSpec, round int) (runResult,
 		res.firstErr = err
 	}
 	res.waits, res.handoffs, res.selfPairs, res.pairs = cycleStats(buf[:min(res.cycles, int64(len(buf)))])
-	var err error
-	res.commands, err = h.commandStats(lib)
+	res.commands, res.serverCPU, err = h.serverStats(lib, cpuBefore)
 	return res, err
+}
+
+// newWorkers makes n of lib's workers with the given lease: each over its
+// own client and locker, or all over one when shared (always, for a
+// library without Redis). closeAll stops the lockers and closes the
+// clients.
+func (h *harness) newWorkers(lib *library, n int, shared bool, ttl time.Duration) (workers []worker, closeAll func(), err error) {
+	var closers []func() error
+	closeAll = func() {
+		for i := len(closers) - 1; i >= 0; i-- {
+			_ = closers[i]()
+		}
+	}
+	shared = shared || !lib.redis
+	workers = make([]worker, n)
+	var l locker
+	for i := range workers {
+		if i == 0 || !shared {
+			var client *redis.Client
+			if lib.redis {
+				client = newClient(h.addr)
+				closers = append(closers, client.Close)
+			}
+			if l, err = lib.newLocker(client, ttl); err != nil {
+				closeAll()
+				return nil, nil, fmt.Errorf("%s: new locker: %w", lib.name, err)
+			}
+			closers = append(closers, l.close)
+		}
+		workers[i] = l.newWorker()
+	}
+	return workers, closeAll, nil
 }
 
 // cycleStats turns the recorded prefix of cycles, in lock order, into acquire
@@ -209,17 +234,13 @@ func cycleStats(recs []record) (waits, handoffs []time.Duration, self, pairs int
 // own client, calls the blocking acquire at once. The recovery is the time
 // from the holder's lease end to the waiter's acquire returning.
 func (h *harness) runCrash(lib *library, c caseSpec, round int) (runResult, error) {
-	holder, err := lib.newWorker(h.addr, h.cfg.crashTTL, nil)
+	pair, closeAll, err := h.newWorkers(lib, 2, false, h.cfg.crashTTL)
 	if err != nil {
-		return runResult{}, fmt.Errorf("%s: new worker: %w", lib.name, err)
+		return runResult{}, err
 	}
-	defer func() { _ = holder.close() }()
-	waiter, err := lib.newWorker(h.addr, h.cfg.crashTTL, nil)
-	if err != nil {
-		return runResult{}, fmt.Errorf("%s: new worker: %w", lib.name, err)
-	}
-	defer func() { _ = waiter.close() }()
-	if err := h.warmUp([]worker{holder, waiter}, fmt.Sprintf("bench.%s.%s.warm.r%d", c.id, lib.keyPart(), round)); err != nil {
+	defer closeAll()
+	holder, waiter := pair[0], pair[1]
+	if err := h.warmUp(pair, fmt.Sprintf("bench.%s.%s.warm.r%d", c.id, lib.keyPart(), round)); err != nil {
 		return runResult{}, fmt.Errorf("%s: warm-up: %w", lib.name, err)
 	}
 	samples := max(int(h.cfg.duration/h.cfg.crashTTL), minCrashSamples)
@@ -227,7 +248,8 @@ func (h *harness) runCrash(lib *library, c caseSpec, round int) (runResult, erro
 	for i := range keys {
 		keys[i] = fmt.Sprintf("bench.%s.%s.r%d.%d", c.id, lib.keyPart(), round, i)
 	}
-	if err := h.resetStats(lib); err != nil {
+	cpuBefore, err := h.resetStats(lib)
+	if err != nil {
 		return runResult{}, err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*h.cfg.crashTTL+10*time.Second)
@@ -259,7 +281,7 @@ func (h *harness) runCrash(lib *library, c caseSpec, round int) (runResult, erro
 	}
 	res.elapsed = time.Since(base)
 	res.mallocs, res.roundTrips = mallocs()-before, writes.Load()-sent
-	res.commands, err = h.commandStats(lib)
+	res.commands, res.serverCPU, err = h.serverStats(lib, cpuBefore)
 	return res, err
 }
 
@@ -282,27 +304,38 @@ func (h *harness) warmUp(workers []worker, key string) error {
 	return nil
 }
 
-// resetStats zeroes the server's commandstats before a Redis run.
-func (h *harness) resetStats(lib *library) error {
+// resetStats zeroes the server's commandstats before a Redis run and
+// returns its main-thread CPU time so far.
+func (h *harness) resetStats(lib *library) (time.Duration, error) {
 	if !lib.redis {
-		return nil
+		return 0, nil
 	}
 	if err := h.admin.ConfigResetStat(context.Background()).Err(); err != nil {
-		return fmt.Errorf("CONFIG RESETSTAT: %w", err)
+		return 0, fmt.Errorf("CONFIG RESETSTAT: %w", err)
 	}
-	return nil
+	info, err := h.admin.Info(context.Background(), "cpu").Result()
+	if err != nil {
+		return 0, fmt.Errorf("INFO cpu: %w", err)
+	}
+	return parseServerCPU(info)
 }
 
-// commandStats reads the calls per command since the last reset.
-func (h *harness) commandStats(lib *library) (map[string]int64, error) {
+// serverStats reads the commandstats since the last reset and the server's
+// main-thread CPU time since cpuBefore.
+func (h *harness) serverStats(lib *library, cpuBefore time.Duration) (commandStats, time.Duration, error) {
 	if !lib.redis {
-		return nil, nil
+		return nil, 0, nil
 	}
-	info, err := h.admin.Info(context.Background(), "commandstats").Result()
+	info, err := h.admin.Info(context.Background(), "commandstats", "cpu").Result()
 	if err != nil {
-		return nil, fmt.Errorf("INFO commandstats: %w", err)
+		return nil, 0, fmt.Errorf("INFO commandstats cpu: %w", err)
 	}
-	return parseCommandStats(info)
+	stats, err := parseCommandStats(info)
+	if err != nil {
+		return nil, 0, err
+	}
+	cpu, err := parseServerCPU(info)
+	return stats, cpu - cpuBefore, err
 }
 
 // mallocs is the process's cumulative count of heap allocations.

@@ -34,7 +34,7 @@ type config struct {
 // defaultConfig is what `go run .` measures.
 func defaultConfig() config {
 	return config{
-		duration: time.Second, rounds: 2, retry: time.Millisecond, ttl: 10 * time.Second,
+		duration: time.Second, rounds: 5, retry: time.Millisecond, ttl: 10 * time.Second,
 		crashTTL: 100 * time.Millisecond, maxSamples: 1 << 20,
 	}
 }
@@ -45,7 +45,7 @@ func parseFlags(args []string, errOut io.Writer) (config, error) {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(errOut)
 	fs.DurationVar(&cfg.duration, "duration", cfg.duration, "length of one run of one library in one case")
-	fs.IntVar(&cfg.rounds, "rounds", cfg.rounds, "runs per library and case; rounds alternate the libraries' order")
+	fs.IntVar(&cfg.rounds, "rounds", cfg.rounds, "runs per library and case; rounds alternate the libraries' order, and cycles/s is their median")
 	fs.DurationVar(&cfg.retry, "retry", cfg.retry, "fixed retry delay of every polling contender")
 	fs.DurationVar(&cfg.ttl, "ttl", cfg.ttl, "lease length in the throughput cases")
 	fs.DurationVar(&cfg.crashTTL, "crash-ttl", cfg.crashTTL, "lease length of the crashed holder in the crash case")
@@ -130,6 +130,8 @@ func main() {
 // run starts the server and measures every selected library in every
 // selected case, round after round, reversing the libraries' order on
 // every other round so that drift on a shared machine hits all alike.
+// Before each case's runs, a burst of PINGs measures the round trip, so
+// that the round's round-trip time is sampled across the round too.
 func run(cfg config, progress io.Writer) (*results, environment, error) {
 	bin, err := findServer()
 	if err != nil {
@@ -144,12 +146,22 @@ func run(cfg config, progress io.Writer) (*results, environment, error) {
 	defer func() { _ = admin.Close() }()
 	env := collectEnvironment(context.Background(), admin)
 
+	probe, err := newRTTProbe(srv.addr)
+	if err != nil {
+		return nil, environment{}, err
+	}
+	defer func() { _ = probe.close() }()
+
 	cs, libs := cfg.selected(cases(), libraries(cfg.retry))
 	rs := newResults(cs, libs)
 	h := &harness{addr: srv.addr, admin: admin, cfg: cfg, buf: make([]record, cfg.maxSamples)}
+	pings := (pingsPerRound + len(cs) - 1) / max(len(cs), 1)
 	started := time.Now()
 	for round := range cfg.rounds {
 		for _, c := range cs {
+			if err := probe.burst(pings); err != nil {
+				return nil, environment{}, err
+			}
 			order := slices.Clone(libs)
 			if round%2 == 1 {
 				slices.Reverse(order)
@@ -171,10 +183,13 @@ func run(cfg config, progress io.Writer) (*results, environment, error) {
 					res.firstErr = errNoSamples
 				}
 				rs.add(c, lib, res)
-				fmt.Fprintf(progress, "round %d/%d  %-12s %-28s %8d cycles  %s\n",
+				fmt.Fprintf(progress, "round %d/%d  %-18s %-26s %8d cycles  %s\n",
 					round+1, cfg.rounds, c.id, lib.name, res.cycles, errText(res.firstErr))
 			}
 		}
+		rtt := probe.endRound()
+		rs.rtts = append(rs.rtts, rtt)
+		fmt.Fprintf(progress, "round %d/%d  RTT (median PING) %v\n", round+1, cfg.rounds, rtt)
 	}
 	for _, r := range rs.by {
 		r.finish()

@@ -14,7 +14,6 @@ import (
 
 // bsmWorker locks with github.com/bsm/redislock.
 type bsmWorker struct {
-	client  *redis.Client
 	locker  *redislock.Client
 	opts    *redislock.Options
 	ttl     time.Duration
@@ -22,14 +21,12 @@ type bsmWorker struct {
 	started time.Time
 }
 
-func newBsmWorker(addr string, ttl, retry time.Duration) *bsmWorker {
-	client := newClient(addr)
-	return &bsmWorker{
-		client: client,
-		locker: redislock.New(client),
-		opts:   &redislock.Options{RetryStrategy: redislock.LinearBackoff(retry)},
-		ttl:    ttl,
-	}
+// bsmLocker is one redislock.Client over client; its workers share it.
+func bsmLocker(client *redis.Client, ttl, retry time.Duration) locker {
+	l := redislock.New(client)
+	return locker{close: noClose, newWorker: func() worker {
+		return &bsmWorker{locker: l, opts: &redislock.Options{RetryStrategy: redislock.LinearBackoff(retry)}, ttl: ttl}
+	}}
 }
 
 func (w *bsmWorker) acquire(ctx context.Context, key string) error {
@@ -51,12 +48,10 @@ func (w *bsmWorker) release(ctx context.Context) error {
 // leaseEnd is the acquire call's start plus the TTL: the key's PX expiry
 // cannot begin before the call was sent.
 func (w *bsmWorker) leaseEnd() time.Time { return w.started.Add(w.ttl) }
-func (w *bsmWorker) close() error        { return w.client.Close() }
 
 // redsyncWorker locks with github.com/go-redsync/redsync/v4 over one
 // go-redis v9 pool.
 type redsyncWorker struct {
-	client  *redis.Client
 	rs      *redsync.Redsync
 	ttl     time.Duration
 	retry   time.Duration
@@ -65,9 +60,11 @@ type redsyncWorker struct {
 	started time.Time
 }
 
-func newRedsyncWorker(addr string, ttl, retry time.Duration) *redsyncWorker {
-	client := newClient(addr)
-	return &redsyncWorker{client: client, rs: redsync.New(goredis.NewPool(client)), ttl: ttl, retry: retry}
+// redsyncLocker is one Redsync over one pool on client; its workers share
+// it, each with its own Mutex.
+func redsyncLocker(client *redis.Client, ttl, retry time.Duration) locker {
+	rs := redsync.New(goredis.NewPool(client))
+	return locker{close: noClose, newWorker: func() worker { return &redsyncWorker{rs: rs, ttl: ttl, retry: retry} }}
 }
 
 func (w *redsyncWorker) acquire(ctx context.Context, key string) error {
@@ -92,4 +89,3 @@ func (w *redsyncWorker) release(ctx context.Context) error {
 
 // leaseEnd is the acquire call's start plus the TTL, as for bsmWorker.
 func (w *redsyncWorker) leaseEnd() time.Time { return w.started.Add(w.ttl) }
-func (w *redsyncWorker) close() error        { return w.client.Close() }

@@ -1,10 +1,8 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"os"
-	"strings"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/setnxlock/setnxlock/internal/redisproc"
@@ -51,11 +49,8 @@ func serverVersion(ctx context.Context, client *redis.Client) string {
 	if err != nil {
 		return "unknown"
 	}
-	sc := bufio.NewScanner(strings.NewReader(info))
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(sc.Text()), "redis_version:"); ok {
-			return v
-		}
+	if v, ok := infoField(info, "redis_version"); ok {
+		return v
 	}
 	return "unknown"
 }

@@ -3,15 +3,19 @@ package main
 import (
 	"errors"
 	"io"
+	"math"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 )
 
-// TestSmoke runs every case for every library with tiny durations and
-// checks that each produced numbers and that both files were written. It
-// is skipped without redis-server, except under CI=true, where that fails.
+// TestSmoke runs every case for every library, the shared-Locker case
+// included, with tiny durations and checks that each produced numbers, the
+// round trip and the server's CPU time among them, that the report shows
+// them, and that both files were written. It is skipped without
+// redis-server, except under CI=true, where that fails.
 func TestSmoke(t *testing.T) {
 	if _, err := findServer(); errors.Is(err, errNoServer) {
 		if os.Getenv("CI") == "true" {
@@ -48,6 +52,11 @@ func TestSmoke(t *testing.T) {
 				t.Errorf("%s, %s: %.2f commands per acquisition", c.id, lib.name, res.commandsPerAcquisition())
 			case (c.crash || c.workers > 1) && lib.redis && len(res.handoffs) == 0:
 				t.Errorf("%s, %s: no handoffs recorded", c.id, lib.name)
+			case !c.crash && lib.redis && (res.serverMicrosPerAcquisition() <= 0 || res.commandMicrosPerAcquisition() <= 0):
+				t.Errorf("%s, %s: server CPU %.2f µs/acq, commands %.2f µs/acq", c.id, lib.name,
+					res.serverMicrosPerAcquisition(), res.commandMicrosPerAcquisition())
+			case len(res.rates) != cfg.rounds:
+				t.Errorf("%s, %s: %d rates for %d rounds", c.id, lib.name, len(res.rates), cfg.rounds)
 			}
 			if res.firstErr != nil {
 				t.Logf("%s, %s: %d errors, first: %v", c.id, lib.name, res.errors, res.firstErr)
@@ -55,9 +64,17 @@ func TestSmoke(t *testing.T) {
 		}
 	}
 
+	if !slices.ContainsFunc(rs.cases, func(c caseSpec) bool { return c.id == caseShared && c.shared }) {
+		t.Errorf("no shared-Locker case among %v", rs.cases)
+	}
+	if len(rs.rtts) != cfg.rounds || rs.rtt() <= 0 {
+		t.Errorf("round trips %v, median %v", rs.rtts, rs.rtt())
+	}
+
 	rep := newReport(rs, env, cfg)
 	text := rep.text()
-	for _, want := range []string{"uncontended, 1 worker", "32 workers, 1 ms hold", "crash recovery", "verdict"} {
+	for _, want := range []string{"uncontended, 1 worker", "32 workers, 1 ms hold", "sharing one Locker", "crash recovery",
+		"round trip (RTT): ", "× floor", "handoff p50 (RTTs)", "srv µs/acq", "cmd µs/acq", "issue 15", "verdict"} {
 		if !strings.Contains(text, want) {
 			t.Errorf("report lacks %q:\n%s", want, text)
 		}
@@ -83,16 +100,68 @@ func TestSmoke(t *testing.T) {
 func TestParseCommandStats(t *testing.T) {
 	info := "# Commandstats\r\n" +
 		"cmdstat_setnx:calls=10,usec=20,usec_per_call=2.00,rejected_calls=0,failed_calls=0\r\n" +
-		"cmdstat_evalsha:calls=3,usec=20,usec_per_call=2.00,rejected_calls=0,failed_calls=0\r\n" +
+		"cmdstat_evalsha:calls=3,usec=25,usec_per_call=8.33,rejected_calls=0,failed_calls=0\r\n" +
 		"cmdstat_config|resetstat:calls=1,usec=1,usec_per_call=1.00,rejected_calls=0,failed_calls=0\r\n" +
 		"cmdstat_info:calls=4,usec=1,usec_per_call=1.00,rejected_calls=0,failed_calls=0\r\n" +
 		"cmdstat_client|setinfo:calls=2,usec=1,usec_per_call=1.00,rejected_calls=0,failed_calls=0\r\n"
-	calls, err := parseCommandStats(info)
+	stats, err := parseCommandStats(info)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if calls["setnx"] != 10 || calls["evalsha"] != 3 || total(calls) != 13 {
-		t.Errorf("got %v, want setnx 10 and evalsha 3 only", calls)
+	if stats["setnx"] != (commandStat{calls: 10, usec: 20}) || stats["evalsha"] != (commandStat{calls: 3, usec: 25}) ||
+		stats.calls() != 13 || stats.usec() != 45 {
+		t.Errorf("got %v, want setnx 10 calls in 20 µs and evalsha 3 in 25 only", stats)
+	}
+	stats.add(stats)
+	if stats.calls() != 26 || stats.usec() != 90 {
+		t.Errorf("doubled: %d calls, %d µs", stats.calls(), stats.usec())
+	}
+}
+
+// TestParseServerCPU checks that the main thread's user and system time
+// are summed.
+func TestParseServerCPU(t *testing.T) {
+	info := "# CPU\r\nused_cpu_sys:9.5\r\nused_cpu_user:9.5\r\n" +
+		"used_cpu_sys_main_thread:0.250000\r\nused_cpu_user_main_thread:1.500000\r\n"
+	got, err := parseServerCPU(info)
+	if err != nil || got != 1750*time.Millisecond {
+		t.Errorf("got %v, %v; want 1.75s", got, err)
+	}
+	if _, err := parseServerCPU("# CPU\r\nused_cpu_sys:1\r\n"); err == nil {
+		t.Error("no error without the main-thread fields")
+	}
+}
+
+// TestMedian checks the median of odd and even counts.
+func TestMedian(t *testing.T) {
+	for _, tc := range []struct {
+		xs   []float64
+		want float64
+	}{{nil, 0}, {[]float64{3}, 3}, {[]float64{5, 1, 3}, 3}, {[]float64{4, 1, 3, 2}, 2.5}} {
+		if got := median(tc.xs); got != tc.want {
+			t.Errorf("median(%v) = %v, want %v", tc.xs, got, tc.want)
+		}
+	}
+}
+
+// TestFloorRate checks the round-trip floor of each kind of case.
+func TestFloorRate(t *testing.T) {
+	rtt := 100 * time.Microsecond
+	for _, tc := range []struct {
+		c    caseSpec
+		want float64
+	}{
+		{caseSpec{workers: 1}, 5000},
+		{caseSpec{workers: 8}, 10000},
+		{caseSpec{workers: 8, hold: 900 * time.Microsecond}, 1000},
+		{caseSpec{workers: 2, crash: true}, 0},
+	} {
+		if got := floorRate(tc.c, rtt); math.Abs(got-tc.want) > 1e-6 {
+			t.Errorf("floorRate(%+v) = %v, want %v", tc.c, got, tc.want)
+		}
+	}
+	if got := floorRate(caseSpec{workers: 1}, 0); got != 0 {
+		t.Errorf("floor without an RTT = %v", got)
 	}
 }
 

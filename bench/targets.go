@@ -3,9 +3,10 @@ package main
 import (
 	"fmt"
 	"strings"
+	"time"
 )
 
-// verdict is one target of issue 6, computed from the results.
+// verdict is one target of issue 15, computed from the results.
 type verdict struct {
 	target   string
 	measured string
@@ -27,33 +28,125 @@ func judge(ok bool) string {
 	return statusNotMet
 }
 
-// targets computes every target of issue 6 from the results; nothing is
+// measure is one number of a result that a target bounds.
+type measure struct {
+	name string
+	of   func(*result) float64
+	text func(float64) string
+}
+
+// The measures the targets bound.
+var (
+	cyclesPerSecond = measure{"cycles/s", (*result).rate, fmtCount}
+	waitP99         = measure{"wait p99", func(r *result) float64 { return float64(percentile(r.waits, 99)) }, fmtNanos}
+	commandsPerAcq  = measure{"commands/acquisition", (*result).commandsPerAcquisition, fmtFloat}
+	serverMicros    = measure{"server CPU µs/acquisition", (*result).serverMicrosPerAcquisition, fmtFloat}
+	allocsPerCycle  = measure{"allocations/cycle", (*result).allocsPerCycle, fmtFloat}
+	recoveryP50     = measure{"recovery p50", func(r *result) float64 { return float64(percentile(r.handoffs, 50)) }, fmtNanos}
+)
+
+// fmtNanos prints a duration held in a float64 of nanoseconds.
+func fmtNanos(f float64) string { return fmtDur(time.Duration(f)) }
+
+// bound is a target's inequality: the measure's ratio to a base row's, or
+// its value when base is empty, at least or at most limit.
+type bound struct {
+	atMost bool
+	limit  float64
+}
+
+// atLeast is the bound "≥ limit×".
+func atLeast(limit float64) bound { return bound{limit: limit} }
+
+// atMost is the bound "≤ limit×".
+func atMost(limit float64) bound { return bound{atMost: true, limit: limit} }
+
+// holds reports whether q satisfies the bound.
+func (b bound) holds(q float64) bool {
+	if b.atMost {
+		return q <= b.limit
+	}
+	return q >= b.limit
+}
+
+// String is the bound as the required column shows it.
+func (b bound) String() string {
+	op := "≥"
+	if b.atMost {
+		op = "≤"
+	}
+	return fmt.Sprintf("%s %.2f×", op, b.limit)
+}
+
+// compare is the target that lib's m in case caseID, over base's m in the
+// same case, satisfies b.
+func (r *report) compare(caseID, lib string, m measure, base string, b bound) verdict {
+	v := verdict{target: fmt.Sprintf("%s: %s, %s vs %s's", r.caseTitle(caseID), lib, m.name, shortPeer(base)),
+		required: b.String(), status: statusNotMeasured, measured: dash}
+	own, other := r.rs.get(caseID, lib), r.rs.get(caseID, base)
+	if !own.ok() || !other.ok() {
+		return v
+	}
+	x, y := m.of(own), m.of(other)
+	if y <= 0 {
+		return v
+	}
+	v.measured = fmt.Sprintf("%.2f× (%s vs %s)", x/y, m.text(x), m.text(y))
+	v.status = judge(b.holds(x / y))
+	return v
+}
+
+// handoffInRTTs is the target that lib's median handoff in case caseID is
+// at most limit round trips.
+func (r *report) handoffInRTTs(caseID, lib string, limit float64) verdict {
+	v := verdict{target: fmt.Sprintf("%s: %s, handoff p50 in round trips", r.caseTitle(caseID), lib),
+		required: fmt.Sprintf("≤ %.1f RTT", limit), status: statusNotMeasured, measured: dash}
+	res, rtt := r.rs.get(caseID, lib), r.rs.rtt()
+	if !res.ok() || len(res.handoffs) == 0 || rtt <= 0 {
+		return v
+	}
+	q := handoffRTTs(res, rtt)
+	v.measured = fmt.Sprintf("%.2f RTT (%s, RTT %s)", q, fmtDur(percentile(res.handoffs, 50)), fmtDur(rtt))
+	v.status = judge(q <= limit)
+	return v
+}
+
+// caseTitle is the title of the case with the given id, or the id.
+func (r *report) caseTitle(id string) string {
+	for _, c := range cases() {
+		if c.id == id {
+			return c.title
+		}
+	}
+	return id
+}
+
+// targets computes every target of issue 15 from the results; nothing is
 // taken on trust.
 func (r *report) targets() []verdict {
-	var out []verdict
-	ratio := func(target, caseID, lib, base string, min float64) {
-		v := verdict{target: target, required: fmt.Sprintf("≥ %.2f×", min), status: statusNotMeasured, measured: dash}
-		a, b := r.rs.get(caseID, lib), r.rs.get(caseID, base)
-		if a.ok() && b.ok() {
-			q := a.rate() / b.rate()
-			v.measured = fmt.Sprintf("%.2f× (%s vs %s cycles/s)", q, fmtCount(a.rate()), fmtCount(b.rate()))
-			v.status = judge(q >= min)
-		}
-		out = append(out, v)
+	out := []verdict{
+		r.compare("w8-hold1ms", nameSetnx, cyclesPerSecond, nameMutex, atLeast(0.92)),
+		r.compare("w8-hold1ms", nameSetnx, waitP99, nameMutex, atMost(2)),
+		r.compare(caseShared, nameSetnx, waitP99, nameMutex, atMost(2)),
+		r.handoffInRTTs("w8-hold1ms", nameSetnx, 1.5),
 	}
-	ratio("uncontended: setnxlock vs the raw SETNX+DEL floor", "uncontended", nameSetnx, nameRaw, 0.95)
-	ratio("uncontended: setnxlock WithoutScripts vs the raw floor", "uncontended", nameNoScripts, nameRaw, 0.65)
-	ratio("8 workers × 1 ms hold: setnxlock vs sync.Mutex", "w8-hold1ms", nameSetnx, nameMutex, 0.9)
-
-	cmds := verdict{target: "8 workers × 1 ms hold: setnxlock commands/acquisition vs bsm/redislock's",
-		required: "≤ 0.50×", status: statusNotMeasured, measured: dash}
-	if a, b := r.rs.get("w8-hold1ms", nameSetnx), r.rs.get("w8-hold1ms", nameBsm); a.ok() && b.ok() && b.commandsPerAcquisition() > 0 {
-		q := a.commandsPerAcquisition() / b.commandsPerAcquisition()
-		cmds.measured = fmt.Sprintf("%.2f× (%s vs %s)", q, fmtFloat(a.commandsPerAcquisition()), fmtFloat(b.commandsPerAcquisition()))
-		cmds.status = judge(q <= 0.5)
+	for _, id := range []string{"w8-hold1ms", "w32-hold1ms"} {
+		out = append(out,
+			r.compare(id, nameNoScripts, cyclesPerSecond, nameMutex, atLeast(0.85)),
+			r.compare(id, nameNoScripts, waitP99, nameMutex, atMost(3)),
+			r.compare(id, nameNoScripts, commandsPerAcq, nameBsm, atMost(0.5)))
 	}
-	out = append(out, cmds)
-
+	for _, id := range []string{"w8-hold0", "w32-hold0"} {
+		out = append(out,
+			r.compare(id, nameSetnx, cyclesPerSecond, nameBsm, atLeast(1)),
+			r.compare(id, nameSetnx, waitP99, nameBsm, atMost(0.25)))
+	}
+	out = append(out,
+		r.compare("uncontended", nameSetnx, cyclesPerSecond, nameBsm, atLeast(1)),
+		r.compare("uncontended", nameSetnx, cyclesPerSecond, nameRedsync, atLeast(1)),
+		r.compare("uncontended", nameSetnx, serverMicros, nameBsm, atMost(1)),
+		r.compare("uncontended", nameSetnx, allocsPerCycle, nameBsm, atMost(1)),
+		r.compare("crash", nameSetnx, recoveryP50, nameBsm, atMost(1)))
 	return append(out, r.ahead()...)
 }
 
@@ -81,9 +174,9 @@ func (r *report) ahead() []verdict {
 			compared++
 			var won bool
 			if c.crash {
-				mine, theirs := percentile(own.handoffs, 50), percentile(other.handoffs, 50)
+				mine, theirs := recoveryP50.of(own), recoveryP50.of(other)
 				won = mine < theirs
-				cells = append(cells, fmt.Sprintf("%s vs %s %s", fmtDur(mine), shortPeer(peer), fmtDur(theirs)))
+				cells = append(cells, fmt.Sprintf("%s vs %s %s", fmtNanos(mine), shortPeer(peer), fmtNanos(theirs)))
 			} else {
 				q := own.rate() / other.rate()
 				won = q > 1

@@ -11,8 +11,9 @@ import (
 	"github.com/setnxlock/setnxlock"
 )
 
-// worker is one contender's handle on a lock, with its own client: the
-// benchmark gives every worker one, like separate processes would have.
+// worker is one goroutine's handle on a lock. Every worker has its own
+// client and locker, like a separate process would, except in the shared
+// cases, where all of a case's workers use one client and one locker.
 type worker interface {
 	// acquire blocks until the worker holds key or ctx ends.
 	acquire(ctx context.Context, key string) error
@@ -21,21 +22,25 @@ type worker interface {
 	// leaseEnd is when the lease taken by the last acquire ends: the
 	// earliest instant the protocol lets a next holder in.
 	leaseEnd() time.Time
-	// close releases the worker's client.
-	close() error
 }
 
-// library is one contender: a way to make workers, and the cases it runs in.
+// locker is one contender's lock client over one Redis client: every
+// worker it makes shares it.
+type locker struct {
+	newWorker func() worker // a handle for one more goroutine
+	close     func() error  // stops the locker's own goroutines, if any; never closes the Redis client
+}
+
+// library is one contender: a way to make lockers, and the cases it runs in.
 type library struct {
-	name       string // as printed in tables
-	config     string // how it is configured, for the report
-	redis      bool   // talks to Redis (false: the in-process ceiling)
-	contended  bool   // runs the multi-worker cases
-	solo       bool   // runs the uncontended case
-	crash      bool   // runs the crash-recovery case
-	newShared  func() any
-	newWorker  func(addr string, ttl time.Duration, shared any) (worker, error)
-	shortLabel string // for the chart's x axis
+	name       string                                                        // as printed in tables
+	config     string                                                        // how it is configured, for the report
+	redis      bool                                                          // talks to Redis (false: the in-process ceiling, whose workers always share one lock)
+	contended  bool                                                          // runs the multi-worker cases, the shared ones included
+	solo       bool                                                          // runs the uncontended case
+	crash      bool                                                          // runs the crash-recovery case
+	newLocker  func(client *redis.Client, ttl time.Duration) (locker, error) // client is nil unless redis
+	shortLabel string                                                        // for the chart's x axis
 }
 
 // keyPart is the library's name as a piece of a Redis key.
@@ -48,11 +53,14 @@ func (l *library) keyPart() string {
 	}, l.name)
 }
 
-// newClient is every worker's client: go-redis defaults, one per worker,
-// with its writes to the server counted.
+// newClient is every locker's client: go-redis defaults, with its writes
+// to the server counted.
 func newClient(addr string) *redis.Client {
 	return redis.NewClient(&redis.Options{Addr: addr, Dialer: countingDial})
 }
+
+// noClose is the close of a locker that has nothing of its own to stop.
+func noClose() error { return nil }
 
 // rawWorker is the floor: the classic SETNX, polled every retry delay, and
 // a bare DEL. It has no lease, no token and no safety: it is what the
@@ -64,10 +72,14 @@ type rawWorker struct {
 	timer  *time.Timer
 }
 
-func newRawWorker(addr string, retry time.Duration) *rawWorker {
-	t := time.NewTimer(time.Hour)
-	t.Stop()
-	return &rawWorker{client: newClient(addr), retry: retry, timer: t}
+// rawLocker makes rawWorkers over client; there is no locker to share but
+// the client.
+func rawLocker(client *redis.Client, retry time.Duration) locker {
+	return locker{close: noClose, newWorker: func() worker {
+		t := time.NewTimer(time.Hour)
+		t.Stop()
+		return &rawWorker{client: client, retry: retry, timer: t}
+	}}
 }
 
 func (w *rawWorker) acquire(ctx context.Context, key string) error {
@@ -92,23 +104,21 @@ func (w *rawWorker) acquire(ctx context.Context, key string) error {
 
 func (w *rawWorker) release(ctx context.Context) error { return w.client.Del(ctx, w.key).Err() }
 func (w *rawWorker) leaseEnd() time.Time               { return time.Time{} }
-func (w *rawWorker) close() error                      { return w.client.Close() }
 
 // setnxWorker locks with setnxlock's public API.
 type setnxWorker struct {
-	client *redis.Client
 	locker *setnxlock.Locker
 	lock   *setnxlock.Lock
 }
 
-func newSetnxWorker(addr string, opts ...setnxlock.Option) (*setnxWorker, error) {
-	client := newClient(addr)
-	locker, err := setnxlock.New(client, opts...)
+// setnxLocker is one setnxlock.Locker over client with the given TTL and
+// options; its workers share it.
+func setnxLocker(client *redis.Client, ttl time.Duration, opts ...setnxlock.Option) (locker, error) {
+	l, err := setnxlock.New(client, append([]setnxlock.Option{setnxlock.WithTTL(ttl)}, opts...)...)
 	if err != nil {
-		_ = client.Close()
-		return nil, err
+		return locker{}, err
 	}
-	return &setnxWorker{client: client, locker: locker}, nil
+	return locker{close: l.Close, newWorker: func() worker { return &setnxWorker{locker: l} }}, nil
 }
 
 func (w *setnxWorker) acquire(ctx context.Context, key string) error {
@@ -133,8 +143,6 @@ func (w *setnxWorker) leaseEnd() time.Time {
 	return w.lock.ExpiresAt()
 }
 
-func (w *setnxWorker) close() error { return w.client.Close() }
-
 // mutexWorker is the in-process ceiling: the same loop around a sync.Mutex
 // shared by the case's workers, no Redis.
 type mutexWorker struct{ mu *sync.Mutex }
@@ -142,59 +150,59 @@ type mutexWorker struct{ mu *sync.Mutex }
 func (w mutexWorker) acquire(context.Context, string) error { w.mu.Lock(); return nil }
 func (w mutexWorker) release(context.Context) error         { w.mu.Unlock(); return nil }
 func (w mutexWorker) leaseEnd() time.Time                   { return time.Time{} }
-func (w mutexWorker) close() error                          { return nil }
 
 // libraries lists the contenders in table order. retry is the fixed retry
 // delay every polling contender uses.
 func libraries(retry time.Duration) []*library {
-	setnx := func(opts ...setnxlock.Option) func(string, time.Duration, any) (worker, error) {
-		return func(addr string, ttl time.Duration, _ any) (worker, error) {
-			return newSetnxWorker(addr, append([]setnxlock.Option{setnxlock.WithTTL(ttl)}, opts...)...)
+	setnx := func(opts ...setnxlock.Option) func(*redis.Client, time.Duration) (locker, error) {
+		return func(client *redis.Client, ttl time.Duration) (locker, error) {
+			return setnxLocker(client, ttl, opts...)
 		}
 	}
 	return []*library{
 		{
-			name: "raw SETNX+DEL", shortLabel: "raw", redis: true, solo: true, contended: true,
+			name: nameRaw, shortLabel: "raw", redis: true, solo: true, contended: true,
 			config: "classic SETNX (typed command) then DEL; a refused SETNX is retried after the fixed retry delay",
-			newWorker: func(addr string, _ time.Duration, _ any) (worker, error) {
-				return newRawWorker(addr, retry), nil
+			newLocker: func(client *redis.Client, _ time.Duration) (locker, error) {
+				return rawLocker(client, retry), nil
 			},
 		},
 		{
-			name: "setnxlock", shortLabel: "setnxlock", redis: true, solo: true, contended: true, crash: true,
+			name: nameSetnx, shortLabel: "setnxlock", redis: true, solo: true, contended: true, crash: true,
 			config:    "default mode (scripts allowed), WithBackoff(retry, retry): the peers' retry settings",
-			newWorker: setnx(setnxlock.WithBackoff(retry, retry)),
+			newLocker: setnx(setnxlock.WithBackoff(retry, retry)),
 		},
 		{
 			name: "setnxlock default backoff", shortLabel: "setnxlock\ndef.backoff", redis: true, contended: true, crash: true,
 			config:    "default mode and the library's default backoff (DefaultMinBackoff..DefaultMaxBackoff)",
-			newWorker: setnx(),
+			newLocker: setnx(),
 		},
 		{
-			name: "setnxlock WithoutScripts", shortLabel: "setnxlock\nno scripts", redis: true, solo: true, contended: true, crash: true,
+			name: nameNoScripts, shortLabel: "setnxlock\nno scripts", redis: true, solo: true, contended: true, crash: true,
 			config:    "WithoutScripts(), WithBackoff(retry, retry)",
-			newWorker: setnx(setnxlock.WithoutScripts(), setnxlock.WithBackoff(retry, retry)),
+			newLocker: setnx(setnxlock.WithoutScripts(), setnxlock.WithBackoff(retry, retry)),
 		},
 		{
-			name: "bsm/redislock", shortLabel: "bsm/\nredislock", redis: true, solo: true, contended: true, crash: true,
-			config: "Obtain with RetryStrategy LinearBackoff(retry)",
-			newWorker: func(addr string, ttl time.Duration, _ any) (worker, error) {
-				return newBsmWorker(addr, ttl, retry), nil
+			name: nameBsm, shortLabel: "bsm/\nredislock", redis: true, solo: true, contended: true, crash: true,
+			config: "Obtain with RetryStrategy LinearBackoff(retry); the shared case shares one redislock.Client",
+			newLocker: func(client *redis.Client, ttl time.Duration) (locker, error) {
+				return bsmLocker(client, ttl, retry), nil
 			},
 		},
 		{
-			name: "redsync", shortLabel: "redsync", redis: true, solo: true, contended: true, crash: true,
-			config: "one goredis/v9 pool, WithExpiry(ttl), WithRetryDelay(retry), WithTries(MaxInt32)",
-			newWorker: func(addr string, ttl time.Duration, _ any) (worker, error) {
-				return newRedsyncWorker(addr, ttl, retry), nil
+			name: nameRedsync, shortLabel: "redsync", redis: true, solo: true, contended: true, crash: true,
+			config: "one goredis/v9 pool, WithExpiry(ttl), WithRetryDelay(retry), WithTries(MaxInt32); " +
+				"the shared case shares one Redsync, a Mutex per worker",
+			newLocker: func(client *redis.Client, ttl time.Duration) (locker, error) {
+				return redsyncLocker(client, ttl, retry), nil
 			},
 		},
 		{
-			name: "sync.Mutex", shortLabel: "sync.Mutex", contended: true,
-			config:    "one sync.Mutex shared by the case's workers, the same loop, no Redis",
-			newShared: func() any { return new(sync.Mutex) },
-			newWorker: func(_ string, _ time.Duration, shared any) (worker, error) {
-				return mutexWorker{mu: shared.(*sync.Mutex)}, nil
+			name: nameMutex, shortLabel: "sync.Mutex", contended: true,
+			config: "one sync.Mutex shared by the case's workers, the same loop, no Redis",
+			newLocker: func(*redis.Client, time.Duration) (locker, error) {
+				mu := new(sync.Mutex)
+				return locker{close: noClose, newWorker: func() worker { return mutexWorker{mu: mu} }}, nil
 			},
 		},
 	}
