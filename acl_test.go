@@ -69,10 +69,11 @@ var aclFeatures = []aclFeature{
 		}},
 
 	{name: "optional: handoff to queued waiters", rules: "+evalsha +eval +publish +subscribe +zadd +zrem +zrange +zscore +pttl +set &setnxlock:handoff:* ~{lock.*}.waiters", use: useHandoff, scripted: true,
-		optional: func(e *redis.ACLLogEntry) bool {
-			return e.Reason == "channel" && strings.HasPrefix(e.Object, handoffChannelPrefix) ||
-				e.Reason == "key" && strings.HasSuffix(e.Object, ".waiters")
-		}},
+		optional: refusedHandoff},
+	// Without scripts, a release reads the head of the queue with the key
+	// (ZRANGE): a user without the queue's rules is refused that once.
+	{name: "optional: handoff to queued waiters, without scripts", rules: "+publish +subscribe +zadd +zrem +zrange +zscore +pttl +set &setnxlock:handoff:* ~{lock.*}.waiters", use: useHandoffCommands,
+		optional: refusedHandoff},
 
 	// go-redis options that send commands of their own on every new
 	// connection, and fail the connection when they are refused.
@@ -96,6 +97,12 @@ type aclFeature struct {
 
 func refusedCommands(names ...string) func(*redis.ACLLogEntry) bool {
 	return func(e *redis.ACLLogEntry) bool { return e.Reason == "command" && slices.Contains(names, e.Object) }
+}
+
+// refusedHandoff recognises the refusals of the queue and the handoff.
+func refusedHandoff(e *redis.ACLLogEntry) bool {
+	return e.Reason == "channel" && strings.HasPrefix(e.Object, handoffChannelPrefix) ||
+		e.Reason == "key" && strings.HasSuffix(e.Object, ".waiters") || refusedCommands("zrange")(e)
 }
 
 // userRules returns the rules of a user with exactly f's rules and the core's.
@@ -519,7 +526,9 @@ func useServerClock(u *aclUser) error {
 // useWakeups: a waiter blocked in Acquire subscribes to the key's
 // releases; the holder's release publishes and hands the lock over.
 func useWakeups(u *aclUser) error {
-	holder, err := u.locker().TryAcquire(ctx, "lock.wake")
+	// Bare values: Lockers that cannot queue wait for wake-ups whatever
+	// the user may do (see handoff.go).
+	holder, err := u.locker(WithFormat(UnixMillis)).TryAcquire(ctx, "lock.wake")
 	if err != nil {
 		return err
 	}
@@ -527,7 +536,7 @@ func useWakeups(u *aclUser) error {
 	defer cancel()
 	acquired := make(chan error, 1)
 	go func() {
-		lock, err := u.locker().Acquire(waitCtx, "lock.wake")
+		lock, err := u.locker(WithFormat(UnixMillis)).Acquire(waitCtx, "lock.wake")
 		if err == nil {
 			err = lock.Release(ctx)
 		}
@@ -553,15 +562,24 @@ func useWakeups(u *aclUser) error {
 // queues, and the holder's release hands the key straight to it: no DEL
 // runs between the two holders (a release that hands over in order: the
 // clock stands still, so no waiter has waited out the default threshold).
-func useHandoff(u *aclUser) error {
+func useHandoff(u *aclUser) error { return handoffWith(u, true) }
+
+// useHandoffCommands is useHandoff on the commands: the queue and the
+// handoff in watched transactions (commandqueue.go).
+func useHandoffCommands(u *aclUser) error { return handoffWith(u, false, WithoutScripts()) }
+
+// handoffWith is useHandoff with opts; byScripts requires that the scripts
+// did it all, not the commands after a refused script (no WATCH).
+func handoffWith(u *aclUser, byScripts bool, opts ...Option) error {
 	const key = "lock.handoff"
-	holder, err := u.locker(scripted).TryAcquire(ctx, key)
+	watches := u.server.calls("watch")
+	holder, err := u.locker(append([]Option{scripted}, opts...)...).TryAcquire(ctx, key)
 	if err != nil {
 		return err
 	}
 	quitCtx, quit := context.WithTimeout(ctx, 50*time.Millisecond)
 	defer quit()
-	if _, err := u.locker().Acquire(quitCtx, key); !errors.Is(err, ErrNotAcquired) {
+	if _, err := u.locker(opts...).Acquire(quitCtx, key); !errors.Is(err, ErrNotAcquired) {
 		return fmt.Errorf("a waiter that gave up: %v", err)
 	}
 	if n := u.server.admin.ZCard(ctx, waitersKey(key)).Val(); n != 0 {
@@ -571,7 +589,7 @@ func useHandoff(u *aclUser) error {
 	defer cancel()
 	acquired := make(chan *Lock, 1)
 	go func() {
-		lock, _ := u.locker().Acquire(waitCtx, key)
+		lock, _ := u.locker(opts...).Acquire(waitCtx, key)
 		acquired <- lock
 	}()
 	for u.server.admin.ZCard(ctx, waitersKey(key)).Val() == 0 {
@@ -590,6 +608,9 @@ func useHandoff(u *aclUser) error {
 	}
 	if n := u.server.calls("del"); n != dels {
 		return fmt.Errorf("the release deleted the key (%d DEL) instead of handing it over", n-dels)
+	}
+	if n := u.server.calls("watch"); byScripts && n != watches {
+		return fmt.Errorf("the commands took over from the scripts (%d WATCH)", n-watches)
 	}
 	return lock.Release(ctx)
 }

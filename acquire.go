@@ -74,6 +74,9 @@ func (l *Locker) attempt(ctx context.Context, key string, entry *queueEntry) (lo
 		l.remember(key, ours, entry)
 		return nil, refusal{}, false, err
 	}
+	if claimed.restamped != nil {
+		ours = *claimed.restamped
+	}
 	if claimed.created {
 		lock, err := l.won(ctx, key, ours, claimed.fencingToken, entry, !claimed.dequeued)
 		return lock, refusal{}, false, err

@@ -14,17 +14,19 @@ import (
 	"github.com/setnxlock/setnxlock/internal/await"
 )
 
-// Adaptive barging (WithStarvationThreshold, handon.lua): while the first
+// Adaptive barging (WithStarvationThreshold; handon.lua, and
+// commandqueue.go without scripts), on every path: while the first
 // waiter in line has waited less than the threshold, a release frees the
 // key and only wakes that waiter, which keeps its place; once it has
 // waited the threshold, releases hand the key over in order. The clock of
 // these tests stands still unless a test moves it, so every wait is 0 until
 // then.
 
-// oneStall makes the next command sent for a context tagged with
-// workerMark, once armed, wait until the test opens the gate, or fail
-// unsent if that context ends first: a waiter held between hearing of the
-// key and attempting, or giving up there.
+// oneStall makes the next attempt (its first command: a script, SET or
+// SETNX) sent for a context tagged with workerMark, once armed, wait until
+// the test opens the gate, or fail unsent if that context ends first: a
+// waiter held between hearing of the key and attempting, or giving up
+// there.
 type oneStall struct {
 	armed    atomic.Bool
 	arrived  chan struct{} // closed when the stalled command arrives
@@ -42,7 +44,12 @@ func stallOnce(t *testing.T, c *redis.Client) *oneStall {
 func (s *oneStall) pass() { s.openOnce.Do(func() { close(s.open) }) }
 
 // wait reports why the command must not be sent, if it must not.
-func (s *oneStall) wait(ctx context.Context) error {
+func (s *oneStall) wait(ctx context.Context, cmd redis.Cmder) error {
+	switch cmd.Name() {
+	case "evalsha", "eval", "set", "setnx":
+	default:
+		return nil
+	}
 	if ctx.Value(workerMark{}) == nil || !s.armed.CompareAndSwap(true, false) {
 		return nil
 	}
@@ -59,7 +66,7 @@ func (s *oneStall) DialHook(next redis.DialHook) redis.DialHook { return next }
 
 func (s *oneStall) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		if err := s.wait(ctx); err != nil {
+		if err := s.wait(ctx, cmd); err != nil {
 			cmd.SetErr(err)
 			return err
 		}
@@ -68,12 +75,7 @@ func (s *oneStall) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 }
 
 func (s *oneStall) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		if err := s.wait(ctx); err != nil {
-			return err
-		}
-		return next(ctx, cmds)
-	}
+	return next // an attempt begins with a single command
 }
 
 // listenTo subscribes a raw client to a Locker's handoff channel and
@@ -97,11 +99,16 @@ type stalledWait struct {
 	acquired chan *Lock
 }
 
-// stalledWaiter starts a stalledWait on key.
-func stalledWaiter(t *testing.T, b *backend, key string) *stalledWait {
+// stalledWaiter starts a stalledWait on key, on a Locker with opts.
+func stalledWaiter(t *testing.T, b *backend, key string, opts ...Option) *stalledWait {
 	t.Helper()
-	client := b.client(t)
-	w := &stalledWait{stall: stallOnce(t, client), l: b.lockerOn(t, client), failed: make(chan error, 1), acquired: make(chan *Lock, 1)}
+	return stalledWaiterOn(t, b, b.client(t), key, opts...)
+}
+
+// stalledWaiterOn is stalledWaiter on a client the test prepared.
+func stalledWaiterOn(t *testing.T, b *backend, client *redis.Client, key string, opts ...Option) *stalledWait {
+	t.Helper()
+	w := &stalledWait{stall: stallOnce(t, client), l: b.lockerOn(t, client, opts...), failed: make(chan error, 1), acquired: make(chan *Lock, 1)}
 	waitCtx, cancel := context.WithCancel(context.WithValue(await.Context(t), workerMark{}, 1))
 	t.Cleanup(cancel)
 	w.giveUp = cancel
@@ -117,20 +124,20 @@ func stalledWaiter(t *testing.T, b *backend, key string) *stalledWait {
 }
 
 // heldWithAStalledWaiter takes lock.k and queues a stalledWait on it, its
-// stall armed, and returns them with the queue.
-func heldWithAStalledWaiter(t *testing.T, b *backend) (*Lock, *stalledWait, []string) {
+// stall armed, both on Lockers with opts, and returns them with the queue.
+func heldWithAStalledWaiter(t *testing.T, b *backend, opts ...Option) (*Lock, *stalledWait, []string) {
 	t.Helper()
-	holder, err := b.locker(t).TryAcquire(ctx, "lock.k")
+	holder, err := b.locker(t, opts...).TryAcquire(ctx, "lock.k")
 	require.NoError(t, err)
-	w := stalledWaiter(t, b, "lock.k")
+	w := stalledWaiter(t, b, "lock.k", opts...)
 	entries := b.queued(t, "lock.k", 1)
 	w.stall.armed.Store(true)
 	return holder, w, entries
 }
 
 func TestAReleaseLetsWaitersBargeWhileTheFirstHasWaitedLessThanTheThreshold(t *testing.T) {
-	onEachBackend(t, func(t *testing.T, b *backend) {
-		holder, waiter, entries := heldWithAStalledWaiter(t, b)
+	onEachPath(t, func(t *testing.T, b *backend, p lockPath) {
+		holder, waiter, entries := heldWithAStalledWaiter(t, b, p.opt)
 		heard := listenTo(t, b, waiter.l)
 
 		require.NoError(t, holder.Release(ctx))
@@ -139,7 +146,7 @@ func TestAReleaseLetsWaitersBargeWhileTheFirstHasWaitedLessThanTheThreshold(t *t
 		assert.Equal(t, "<missing>", b.value(t, "lock.k"), "the key is freed: no value is written for a waiter that has not waited the threshold")
 		assert.Equal(t, entries, b.queuedNow("lock.k"), "the woken waiter keeps its place")
 
-		barger, err := b.locker(t).TryAcquire(ctx, "lock.k")
+		barger, err := b.locker(t, p.opt).TryAcquire(ctx, "lock.k")
 		require.NoError(t, err, "whoever comes first takes the free key")
 		require.NoError(t, barger.Release(ctx))
 		await.Recv(t, heard, "the first waiter woken again")
@@ -153,13 +160,13 @@ func TestAReleaseLetsWaitersBargeWhileTheFirstHasWaitedLessThanTheThreshold(t *t
 }
 
 func TestAReleaseHandsOverOnceTheFirstWaiterHasWaitedTheThreshold(t *testing.T) {
-	onEachBackend(t, func(t *testing.T, b *backend) {
-		holder, waiter, entries := heldWithAStalledWaiter(t, b)
+	onEachPath(t, func(t *testing.T, b *backend, p lockPath) {
+		holder, waiter, entries := heldWithAStalledWaiter(t, b, p.opt)
 
 		b.clock.Advance(DefaultStarvationThreshold)
 		require.NoError(t, holder.Release(ctx))
 		assert.Contains(t, b.value(t, "lock.k"), ":"+entryToken(entries[0]), "the key is handed to the waiter that waited the threshold")
-		_, err := b.locker(t).TryAcquire(ctx, "lock.k")
+		_, err := b.locker(t, p.opt).TryAcquire(ctx, "lock.k")
 		require.ErrorIs(t, err, ErrNotAcquired, "nobody barges in once a waiter has waited the threshold")
 
 		waiter.stall.pass()
@@ -172,9 +179,9 @@ func TestAReleaseHandsOverOnceTheFirstWaiterHasWaitedTheThreshold(t *testing.T) 
 // A woken waiter that gives up before it takes the free key must not leave
 // it to a poll: leaving the queue wakes the next in line.
 func TestAWokenWaiterThatLeavesWakesTheNextInLine(t *testing.T) {
-	onEachBackend(t, func(t *testing.T, b *backend) {
-		holder, first, _ := heldWithAStalledWaiter(t, b)
-		next := stalledWaiter(t, b, "lock.k")
+	onEachPath(t, func(t *testing.T, b *backend, p lockPath) {
+		holder, first, _ := heldWithAStalledWaiter(t, b, p.opt)
+		next := stalledWaiter(t, b, "lock.k", p.opt)
 		entries := b.queued(t, "lock.k", 2)
 		firstHeard, nextHeard := listenTo(t, b, first.l), listenTo(t, b, next.l)
 

@@ -32,8 +32,11 @@
 //     server without SET's options.
 //
 // The three ways to wait (wait.go):
-//   - the queue (queue.go, handoff.go): a release hands the key to the
-//     first waiter in line, which claims it; the default on one server;
+//   - the queue (queue.go, handoff.go; commandqueue.go without scripts):
+//     a release hands the key to the first waiter in line, which claims
+//     it, once that waiter has waited WithStarvationThreshold, and until
+//     then frees the key and wakes it (adaptive barging); the default on
+//     one server;
 //   - wake-ups (wakeup.go): a release is announced on the key's channel;
 //   - polling with backoff (retry.go), capped at the holder's lease.
 //

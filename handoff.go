@@ -40,11 +40,13 @@ import (
 // ready. A lost message costs one poll: the waiter finds its own token in
 // the key the next time it looks (announcedPoll).
 //
-// Queueing needs scripts, pub/sub, a single Redis server (a Cluster counts
-// PUBLISH receivers on one node only) and owner tokens in the values; a
-// fencing Locker does not queue, since the token must be drawn with the
-// write. Those waiters, and Lockers whose server or ACL user refuses the
-// queue or the channel, wait for wake-ups and poll instead.
+// Queueing needs pub/sub, a single Redis server (a Cluster counts PUBLISH
+// receivers on one node only) and owner tokens in the values; a fencing
+// Locker does not queue, since the token must be drawn with the write.
+// With scripts the steps are the scripts in lua/; without them, the same
+// steps in watched transactions (commandqueue.go). Lockers that do not
+// queue, and those whose server or ACL user refuses the queue or the
+// channel, wait for wake-ups and poll instead.
 
 // handoffLinger is how long a Locker keeps listening after its last waiter
 // is served, so that a worker that releases and soon waits again does not
@@ -65,7 +67,7 @@ func (l *Locker) queues() bool {
 // queued waiter. The releaser's own format and fencing do not matter: the
 // waiter claims the key with a value of its own.
 func (l *Locker) handsOver() bool {
-	return l.single && l.caps.allows(capScripts) && l.caps.allows(capPubSub) && l.caps.allows(capQueue)
+	return l.single && l.caps.allows(capPubSub) && l.caps.allows(capQueue)
 }
 
 // handoffs is a Locker's subscription to the keys handed to it, and the

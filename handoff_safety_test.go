@@ -173,12 +173,12 @@ func TestAHandoffIsWrittenBeforeItIsAnnounced(t *testing.T) {
 // lease ended. Now the waiter claims the key with a lease of its own clock
 // and its own safety net.
 func TestAHandedLeaseIsDatedByTheWaitersOwnClock(t *testing.T) {
-	onEachBackend(t, func(t *testing.T, b *backend) {
+	onEachQueueingPath(t, func(t *testing.T, b *backend, path Option) {
 		margin, grace := WithSkewMargin(5*time.Second), WithExpiryGrace(time.Millisecond)
 		ahead := NewManualClock(b.clock.Now().Add(5 * time.Second))
-		holder, err := b.locker(t, scripted, margin, grace, WithClock(ahead)).TryAcquire(ctx, "lock.k")
+		holder, err := b.locker(t, path, margin, grace, WithClock(ahead)).TryAcquire(ctx, "lock.k")
 		require.NoError(t, err)
-		waiter := acquireInBackground(t, b.locker(t, scripted, margin, grace), "lock.k")
+		waiter := acquireInBackground(t, b.locker(t, path, margin, grace), "lock.k")
 		b.queued(t, "lock.k", 1)
 
 		released := time.Now()
@@ -304,8 +304,8 @@ func TestAHandoffNobodyClaimsCostsTheClaimWindowNotALease(t *testing.T) {
 		}},
 	} {
 		t.Run(listener.name, func(t *testing.T) {
-			onEachBackend(t, func(t *testing.T, b *backend) {
-				holder, err := b.locker(t, scripted).TryAcquire(ctx, "lock.k")
+			onEachQueueingPath(t, func(t *testing.T, b *backend, path Option) {
+				holder, err := b.locker(t, path).TryAcquire(ctx, "lock.k")
 				require.NoError(t, err)
 				deadLocker := newToken()
 				listener.listen(t, b, deadLocker)
@@ -314,7 +314,7 @@ func TestAHandoffNobodyClaimsCostsTheClaimWindowNotALease(t *testing.T) {
 				require.NoError(t, holder.Release(ctx))
 				assert.NotEqual(t, "<missing>", b.value(t, "lock.k"), "handed to the dead entry: PUBLISH said it was heard")
 				assert.LessOrEqual(t, b.raw.PTTL(ctx, "lock.k").Val(), claimWindow, "Redis drops it after the claim window")
-				other := b.locker(t, scripted)
+				other := b.locker(t, path)
 				_, err = other.TryAcquire(ctx, "lock.k")
 				require.ErrorIs(t, err, ErrNotAcquired, "held for the claim window")
 				b.clock.Advance(claimWindow)
@@ -373,12 +373,12 @@ func TestAStuckSubscriptionHoldsUpNoOtherWait(t *testing.T) {
 // removed its entry and pushed it at the back, so the queue rotated and
 // the order served was 2, 4, 1, 3. A poll now keeps its entry's place.
 func TestWaitersAreServedInArrivalOrderHoweverOftenTheyPoll(t *testing.T) {
-	onEachBackend(t, func(t *testing.T, b *backend) {
-		holder, err := b.locker(t, scripted).TryAcquire(ctx, "lock.k")
+	onEachQueueingPath(t, func(t *testing.T, b *backend, path Option) {
+		holder, err := b.locker(t, path).TryAcquire(ctx, "lock.k")
 		require.NoError(t, err)
 		served, released := make(chan int, 3), make(chan error, 3)
 		for i := range 3 {
-			l := b.locker(t, scripted)
+			l := b.locker(t, path)
 			waitCtx := await.Context(t)
 			go func() {
 				lock, err := l.Acquire(waitCtx, "lock.k")
@@ -460,10 +460,10 @@ func TestAWaitWhoseScriptsAreRevokedLeavesTheQueue(t *testing.T) {
 // wait of a closed Locker leaves the queue, and goes on waiting for
 // wake-ups and polling.
 func TestCloseTakesWaitsOutOfTheQueue(t *testing.T) {
-	onEachBackend(t, func(t *testing.T, b *backend) {
-		holder, err := b.locker(t, scripted).TryAcquire(ctx, "lock.k")
+	onEachQueueingPath(t, func(t *testing.T, b *backend, path Option) {
+		holder, err := b.locker(t, path).TryAcquire(ctx, "lock.k")
 		require.NoError(t, err)
-		l := b.locker(t, scripted)
+		l := b.locker(t, path)
 		waiter := acquireInBackground(t, l, "lock.k")
 		b.queued(t, "lock.k", 1)
 

@@ -50,7 +50,8 @@ func (h *liveHolders) leave(id int) {
 // network: delayed requests (reordered past the client's timeout), lost
 // replies, cut connections, go-redis's own resends, contexts ending at any
 // moment, Locker.Close at random, clocks apart by up to 50ms under a 60ms
-// skew margin, and a classic and a fencing Locker beside the queueing ones.
+// skew margin; queueing Lockers on the scripts, on the commands
+// (WithoutScripts) and on the classic commands, and a fencing one.
 func TestTheHandoffKeepsMutualExclusionUnderFaults(t *testing.T) {
 	if testing.Short() {
 		t.Skip("stress")
@@ -59,7 +60,7 @@ func TestTheHandoffKeepsMutualExclusionUnderFaults(t *testing.T) {
 	p := faultproxy.Start(t, server.Addr())
 	require.NoError(t, p.SetFaults(faultproxy.Faults{Seed: uint64(time.Now().UnixNano()), LatencyRate: 0.03, MaxLatency: 300 * time.Millisecond, LoseRate: 0.01, CutRate: 0.01}))
 	var lockers []*Locker
-	extra := [][]Option{nil, nil, nil, nil, {WithClassicCommands()}, {WithFencing()}}
+	extra := [][]Option{nil, nil, {WithoutScripts()}, {WithoutScripts()}, {WithClassicCommands()}, {WithFencing()}}
 	for i := range extra {
 		c := redis.NewClient(&redis.Options{Addr: p.Addr(), ReadTimeout: 100 * time.Millisecond, WriteTimeout: 100 * time.Millisecond})
 		t.Cleanup(func() { _ = c.Close() })

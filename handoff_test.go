@@ -20,12 +20,36 @@ import (
 // enough for the default threshold. Adaptive barging, the default, has
 // tests of its own (barging_test.go), and the stress tests and the chaos
 // harness run the default.
-var scripted = Option(func(c *config) error {
-	if err := paths[0].opt(c); err != nil {
-		return err
+var scripted = inOrder(paths[0].opt)
+
+// inOrder is opt with every release handing over in order.
+func inOrder(opt Option) Option {
+	return func(c *config) error {
+		if err := opt(c); err != nil {
+			return err
+		}
+		return WithStarvationThreshold(0)(c)
 	}
-	return WithStarvationThreshold(0)(c)
-})
+}
+
+// queueingPaths are the paths on which Lockers queue and hand over, each
+// handing over in order: the scripts, and the commands of WithoutScripts
+// and WithClassicCommands (commandqueue.go).
+var queueingPaths = []lockPath{
+	{"scripts", scripted, "evalsha"},
+	{"commands", inOrder(paths[1].opt), "set"},
+	{"classic", inOrder(paths[2].opt), "setnx"},
+}
+
+// onEachQueueingPath runs the scenario on every queueing path and every
+// backend, with the path's option.
+func onEachQueueingPath(t *testing.T, scenario func(t *testing.T, b *backend, path Option)) {
+	for _, p := range queueingPaths {
+		t.Run(p.name, func(t *testing.T) {
+			onEachBackend(t, func(t *testing.T, b *backend) { scenario(t, b, p.opt) })
+		})
+	}
+}
 
 // queued waits until key's queue holds n entries and returns them.
 func (b *backend) queued(t *testing.T, key string, n int) []string {
@@ -65,47 +89,59 @@ func acquireInBackground(t *testing.T, l *Locker, key string) <-chan *Lock {
 // one holder's value straight to the next's, with no DEL in between for a
 // third client to barge into, and waiters are served in the order they
 // queued. The waiter holds a lease of its own clock's, written when it
-// claimed the key.
+// claimed the key. With scripts the release is one round trip; with the
+// commands two (WATCH with GET and the head of the queue, then MULTI/EXEC,
+// the PUBLISH last).
 func TestAReleaseHandsTheKeyToQueuedWaitersInOrder(t *testing.T) {
-	onEachBackend(t, func(t *testing.T, b *backend) {
-		holderClient := b.client(t)
-		holderLocker := b.lockerOn(t, holderClient, scripted)
-		warm(t, holderLocker)
-		holder, err := holderLocker.TryAcquire(ctx, "lock.k")
-		require.NoError(t, err)
-		first := acquireInBackground(t, b.locker(t, scripted), "lock.k")
-		b.queued(t, "lock.k", 1)
-		second := acquireInBackground(t, b.locker(t, scripted), "lock.k")
-		entries := b.queued(t, "lock.k", 2)
+	release := map[string]string{
+		"scripts":  "EVALSHA",
+		"commands": "WATCH GET ZRANGE MULTI ZREM SET PEXPIRE PUBLISH EXEC",
+		"classic":  "WATCH GET ZRANGE MULTI ZREM SET PEXPIRE PUBLISH EXEC",
+	}
+	for _, p := range queueingPaths {
+		t.Run(p.name, func(t *testing.T) {
+			onEachBackend(t, func(t *testing.T, b *backend) {
+				holderClient := b.client(t)
+				holderLocker := b.lockerOn(t, holderClient, p.opt)
+				warm(t, holderLocker)
+				holder, err := holderLocker.TryAcquire(ctx, "lock.k")
+				require.NoError(t, err)
+				first := acquireInBackground(t, b.locker(t, p.opt), "lock.k")
+				b.queued(t, "lock.k", 1)
+				second := acquireInBackground(t, b.locker(t, p.opt), "lock.k")
+				entries := b.queued(t, "lock.k", 2)
 
-		sent := record(holderClient)
-		require.NoError(t, holder.Release(ctx))
-		assert.Equal(t, "EVALSHA", sent.names(), "one round trip")
-		assert.Equal(t, int64(1), b.raw.Exists(ctx, "lock.k").Val(), "the key never went missing")
-		lock := await.Recv(t, first, "the first waiter's Acquire")
-		require.NotNil(t, lock)
-		assert.Equal(t, entryToken(entries[0]), lock.token, "the first to queue is served first")
-		assert.Equal(t, lock.value, b.value(t, "lock.k"), "the waiter claimed the key with its own value")
-		assert.True(t, b.clock.Now().Add(10*time.Second).Equal(lock.ExpiresAt()), "the lease counts from the claim, by the waiter's clock")
-		_, err = b.locker(t, scripted).TryAcquire(ctx, "lock.k")
-		require.ErrorIs(t, err, ErrNotAcquired, "nobody barges in")
+				sent := record(holderClient)
+				require.NoError(t, holder.Release(ctx))
+				assert.Equal(t, release[p.name], sent.names())
+				assert.Equal(t, entryToken(entries[0]), tokenOf(b.value(t, "lock.k")), "the key went straight to the first waiter")
+				lock := await.Recv(t, first, "the first waiter's Acquire")
+				require.NotNil(t, lock)
+				assert.Equal(t, entryToken(entries[0]), lock.token, "the first to queue is served first")
+				assert.Equal(t, lock.value, b.value(t, "lock.k"), "the waiter claimed the key with its own value")
+				assert.Equal(t, entries[1:], b.queuedNow("lock.k"), "the first waiter is off the queue")
+				assert.True(t, b.clock.Now().Add(10*time.Second).Equal(lock.ExpiresAt()), "the lease counts from the claim, by the waiter's clock")
+				_, err = b.locker(t, p.opt).TryAcquire(ctx, "lock.k")
+				require.ErrorIs(t, err, ErrNotAcquired, "nobody barges in")
 
-		require.NoError(t, lock.Release(ctx))
-		next := await.Recv(t, second, "the second waiter's Acquire")
-		require.NotNil(t, next)
-		assert.Equal(t, next.value, b.value(t, "lock.k"))
-		require.NoError(t, next.Release(ctx))
-		assert.Equal(t, "<missing>", b.value(t, "lock.k"), "the last release deletes the key")
-		assert.Zero(t, b.raw.Exists(ctx, waitersKey("lock.k")).Val(), "and the queue is gone")
-	})
+				require.NoError(t, lock.Release(ctx))
+				next := await.Recv(t, second, "the second waiter's Acquire")
+				require.NotNil(t, next)
+				assert.Equal(t, next.value, b.value(t, "lock.k"))
+				require.NoError(t, next.Release(ctx))
+				assert.Equal(t, "<missing>", b.value(t, "lock.k"), "the last release deletes the key")
+				assert.Zero(t, b.raw.Exists(ctx, waitersKey("lock.k")).Val(), "and the queue is gone")
+			})
+		})
+	}
 }
 
 // A queue entry whose Locker no longer listens (its process died) is
 // skipped at no cost: handing it the key would leave the key to a dead
 // waiter.
 func TestAReleaseSkipsWaitersNobodyListensFor(t *testing.T) {
-	onEachBackend(t, func(t *testing.T, b *backend) {
-		l := b.locker(t, scripted)
+	onEachQueueingPath(t, func(t *testing.T, b *backend, path Option) {
+		l := b.locker(t, path)
 		holder, err := l.TryAcquire(ctx, "lock.k")
 		require.NoError(t, err)
 		dead := newToken() + ":" + newToken()
@@ -119,9 +155,9 @@ func TestAReleaseSkipsWaitersNobodyListensFor(t *testing.T) {
 // A waiter whose context ends leaves the queue; if a release handed it the
 // key in the meantime, it hands the key on instead of leaving it held.
 func TestAWaiterThatGivesUpLeavesTheQueueAndHandsOnALateHandoff(t *testing.T) {
-	onEachBackend(t, func(t *testing.T, b *backend) {
-		l := b.locker(t, scripted)
-		_, err := b.locker(t, scripted).TryAcquire(ctx, "lock.k")
+	onEachQueueingPath(t, func(t *testing.T, b *backend, path Option) {
+		l := b.locker(t, path)
+		_, err := b.locker(t, path).TryAcquire(ctx, "lock.k")
 		require.NoError(t, err)
 		quitCtx, quit := context.WithCancel(ctx)
 		gaveUp := make(chan error, 1)
@@ -144,10 +180,10 @@ func TestAWaiterThatGivesUpLeavesTheQueueAndHandsOnALateHandoff(t *testing.T) {
 // found by the waiter's next poll: the key carries its token, and it
 // claims the key.
 func TestAWaiterFindsAHandoffWhoseMessageWasLost(t *testing.T) {
-	onEachBackend(t, func(t *testing.T, b *backend) {
-		_, err := b.locker(t, scripted).TryAcquire(ctx, "lock.k")
+	onEachQueueingPath(t, func(t *testing.T, b *backend, path Option) {
+		_, err := b.locker(t, path).TryAcquire(ctx, "lock.k")
 		require.NoError(t, err)
-		acquired := acquireInBackground(t, b.locker(t, scripted), "lock.k")
+		acquired := acquireInBackground(t, b.locker(t, path), "lock.k")
 		entry := b.queued(t, "lock.k", 1)[0]
 
 		// What a release's handoff writes, without its PUBLISH.
@@ -168,10 +204,10 @@ func TestAWaiterFindsAHandoffWhoseMessageWasLost(t *testing.T) {
 // out and it took it over) takes its entry off the queue, so that no
 // release hands it a second lease.
 func TestAWaiterThatTakesOverLeavesTheQueue(t *testing.T) {
-	onEachBackend(t, func(t *testing.T, b *backend) {
-		crashed, err := b.locker(t, scripted).TryAcquire(ctx, "lock.k")
+	onEachQueueingPath(t, func(t *testing.T, b *backend, path Option) {
+		crashed, err := b.locker(t, path).TryAcquire(ctx, "lock.k")
 		require.NoError(t, err)
-		acquired := acquireInBackground(t, b.locker(t, scripted), "lock.k")
+		acquired := acquireInBackground(t, b.locker(t, path), "lock.k")
 		b.queued(t, "lock.k", 1)
 		b.clock.Set(crashed.ExpiresAt().Add(time.Millisecond))
 		lock := await.Recv(t, acquired, "the waiter's Acquire")

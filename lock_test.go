@@ -34,7 +34,7 @@ func TestUncontendedLockIsTakenWithSetnxAndReleased(t *testing.T) {
 
 		require.NoError(t, lock.Release(ctx))
 		assert.Equal(t, "<missing>", b.value(t, "lock.report"))
-		assert.Equal(t, "SETNX PEXPIRE WATCH GET MULTI DEL PUBLISH EXEC", sent.names())
+		assert.Equal(t, "SETNX PEXPIRE WATCH GET ZRANGE MULTI DEL PUBLISH EXEC", sent.names())
 	})
 }
 

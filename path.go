@@ -31,8 +31,9 @@ type claimOutcome struct {
 	fencingToken int64
 	current      string
 	found        bool
-	dequeued     bool // a queued attempt's win took its entry off the queue with it
-	unqueued     bool // a queued attempt could not queue on this key: its wait stops queueing
+	dequeued     bool   // a queued attempt's win took its entry off the queue with it
+	unqueued     bool   // a queued attempt could not queue on this key: its wait stops queueing
+	restamped    *stamp // the lease the claim wrote instead of the attempt's, when it had to differ from the value found
 }
 
 // onPath runs op on the scripted path while scripts are allowed, else on

@@ -61,8 +61,8 @@ func warm(t *testing.T, l *Locker) {
 func TestEachPathTakesItsRoundTrips(t *testing.T) {
 	want := map[string][2]string{
 		"scripts":  {"EVALSHA", "EVALSHA"},
-		"commands": {"SET", "WATCH GET MULTI DEL PUBLISH EXEC"},
-		"classic":  {"SETNX PEXPIRE", "WATCH GET MULTI DEL PUBLISH EXEC"},
+		"commands": {"SET", "WATCH GET ZRANGE MULTI DEL PUBLISH EXEC"},
+		"classic":  {"SETNX PEXPIRE", "WATCH GET ZRANGE MULTI DEL PUBLISH EXEC"},
 	}
 	onEachPath(t, func(t *testing.T, b *backend, p lockPath) {
 		client := b.client(t)

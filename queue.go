@@ -80,12 +80,13 @@ func (p scriptPath) queuedClaim(ctx context.Context, key string, ours stamp, ent
 }
 
 // dequeue takes entry off its key's queue after a win that did not: one
-// through the lost-reply memory. A failure is remembered as for leaveQueue.
+// through the lost-reply memory, or a SET NX on the commands. A failure is
+// not remembered as a leave's is (abandon): the wait holds a lease that
+// may carry the entry's token, and declining a message for the entry
+// would hand that lease on. A handoff to the stale entry later is dropped
+// (route), and costs the claim window.
 func (l *Locker) dequeue(ctx context.Context, entry *queueEntry) {
-	if err := l.client.ZRem(ctx, waitersKey(entry.key), entry.member).Err(); err != nil {
-		now := l.cfg.clock.Now()
-		l.handoff.abandon(entry, now, now.Add(l.safetyNet(l.cfg.ttl)))
-	}
+	_ = l.client.ZRem(ctx, waitersKey(entry.key), entry.member).Err()
 }
 
 // leaveQueue takes entry off its key's queue and, if the key carries the

@@ -7,7 +7,8 @@
 -- now      the caller's clock in Unix µs
 -- window   how long a waiter has to claim the key, in ms
 -- barge    the starvation threshold in µs: while the first waiter has
---          waited less, the key is not handed over; 0 always hands over
+--          waited less, the key is not handed over; 0 always hands over,
+--          whatever the clocks say of the wait
 --
 -- Gives key to the first waiter whose Locker hears of it. For each
 -- entry, first in line first, it takes the entry off the queue, writes a
@@ -43,7 +44,7 @@ local function handOn(key, waiters, now, window, barge)
     local entry, place = head[1], head[2]
     local locker, token = string.match(entry, '^([^:]+):([^:]+)$')
     local channel = locker and 'setnxlock:handoff:' .. locker
-    if locker and now - tonumber(place) < barge then
+    if locker and barge > 0 and now - tonumber(place) < barge then -- 0: whatever the clocks
       -- Nothing is written for the waiter, which stays first in line.
       local heard = redis.pcall('publish', channel, token .. ':' .. key)
       if type(heard) ~= 'number' then return -1, heard.err end

@@ -51,9 +51,12 @@ if place == false then
 end
 if type(place) == 'table' then return {3, current, place.err} end
 -- The queue lives as long as the longest safety net of its waiters: a
--- waiter with a short lease must not cut the others' places short.
+-- waiter with a short lease must not cut the others' places short. It is
+-- refreshed only once it has run down to half of ours: every write to it
+-- aborts the watch of a release in progress on the commands
+-- (commandqueue.go).
 local ttl = redis.pcall('pttl', KEYS[2])
-if type(ttl) ~= 'number' or ttl < tonumber(ARGV[2]) then
+if type(ttl) ~= 'number' or ttl < tonumber(ARGV[2]) / 2 then
   redis.pcall('pexpire', KEYS[2], ARGV[2])
 end
 return {0, current}
