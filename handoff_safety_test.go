@@ -372,34 +372,44 @@ func TestAStuckSubscriptionHoldsUpNoOtherWait(t *testing.T) {
 // and each polls every announcedPoll while it waits. Before, each poll
 // removed its entry and pushed it at the back, so the queue rotated and
 // the order served was 2, 4, 1, 3. A poll now keeps its entry's place.
+// The same holds for the waits of one Locker (a service's goroutines
+// sharing it): each has an entry of its own.
 func TestWaitersAreServedInArrivalOrderHoweverOftenTheyPoll(t *testing.T) {
-	onEachQueueingPath(t, func(t *testing.T, b *backend, path Option) {
-		holder, err := b.locker(t, path).TryAcquire(ctx, "lock.k")
-		require.NoError(t, err)
-		served, released := make(chan int, 3), make(chan error, 3)
-		for i := range 3 {
-			l := b.locker(t, path)
-			waitCtx := await.Context(t)
-			go func() {
-				lock, err := l.Acquire(waitCtx, "lock.k")
-				if err != nil {
-					released <- err
-					return
+	for _, shared := range []bool{false, true} {
+		t.Run(map[bool]string{false: "a Locker each", true: "one Locker"}[shared], func(t *testing.T) {
+			onEachQueueingPath(t, func(t *testing.T, b *backend, path Option) {
+				holder, err := b.locker(t, path).TryAcquire(ctx, "lock.k")
+				require.NoError(t, err)
+				served, released := make(chan int, 3), make(chan error, 3)
+				one := b.locker(t, path)
+				for i := range 3 {
+					l := one
+					if !shared {
+						l = b.locker(t, path)
+					}
+					waitCtx := await.Context(t)
+					go func() {
+						lock, err := l.Acquire(waitCtx, "lock.k")
+						if err != nil {
+							released <- err
+							return
+						}
+						served <- i
+						released <- lock.Release(ctx)
+					}()
+					b.queued(t, "lock.k", i+1)
+					time.Sleep(80 * time.Millisecond) // more than one poll
 				}
-				served <- i
-				released <- lock.Release(ctx)
-			}()
-			b.queued(t, "lock.k", i+1)
-			time.Sleep(80 * time.Millisecond) // more than one poll
-		}
-		require.NoError(t, holder.Release(ctx))
-		var order []int
-		for range 3 {
-			require.NoError(t, await.Recv(t, released, "a waiter served and releasing"))
-			order = append(order, await.Recv(t, served, "the next waiter served"))
-		}
-		assert.Equal(t, []int{0, 1, 2}, order)
-	})
+				require.NoError(t, holder.Release(ctx))
+				var order []int
+				for range 3 {
+					require.NoError(t, await.Recv(t, released, "a waiter served and releasing"))
+					order = append(order, await.Recv(t, served, "the next waiter served"))
+				}
+				assert.Equal(t, []int{0, 1, 2}, order)
+			})
+		})
+	}
 }
 
 // Finding 11 (H5 for releases): go-redis resends a release script whose
