@@ -33,16 +33,25 @@ func startReplicated(t *testing.T) *replicated {
 	r.onPrimary = redis.NewClient(&redis.Options{Addr: primary.Addr(), MaxRetries: -1})
 	r.onReplica = redis.NewClient(&redis.Options{Addr: replica.Addr(), MaxRetries: -1})
 	t.Cleanup(func() { _ = r.onPrimary.Close(); _ = r.onReplica.Close() })
-	// A write of its own: WAIT after none is answered at once, and after
-	// a diskless sync the primary streams to the replica only once it has
-	// acknowledged (about a second later).
+	// Writes of its own: WAIT after none is answered at once, and after a
+	// diskless sync the primary streams to the replica only once it has
+	// acknowledged (about a second later). One acknowledged write was not
+	// enough: a clean-clone CI run saw the replica acknowledge the probe
+	// and then nothing for a second, failing every path's first grant.
+	// Five acknowledged in a row, each within 100ms, show it streaming.
+	inARow := 0
 	require.Eventually(t, func() bool {
-		if r.onPrimary.Set(ctx, "replication.probe", "1", 0).Err() != nil {
+		acked := 0
+		if r.onPrimary.Set(ctx, "replication.probe", "1", 0).Err() == nil {
+			acked, _ = r.onPrimary.Do(ctx, "wait", 1, 100).Int()
+		}
+		if acked != 1 {
+			inARow = 0
 			return false
 		}
-		acked, err := r.onPrimary.Do(ctx, "wait", 1, 100).Int()
-		return err == nil && acked == 1
-	}, 10*time.Second, 10*time.Millisecond, "the replica to sync with its primary and acknowledge a write")
+		inARow++
+		return inARow == 5
+	}, 10*time.Second, 10*time.Millisecond, "the replica to sync with its primary and acknowledge five writes in a row")
 	return r
 }
 
