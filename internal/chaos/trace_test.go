@@ -51,3 +51,19 @@ func TestAWriteRetriedAfterALostReplyIsInDoubt(t *testing.T) {
 		proxy.Close()
 	}
 }
+
+// The setup of a new connection (HELLO, CLIENT SETINFO), which go-redis
+// sends as a pipeline under the context of the call that dialled, is no
+// write that can win a lock: it must not move the call's Sent, on which
+// the token-order check relies (a fencing history once failed it when a
+// wake-up subscription dialled after a SIGSTOP, 545ms after the win).
+func TestConnectionSetupIsNotAWriteThatCanWin(t *testing.T) {
+	trace := &callTrace{}
+	ctx := context.WithValue(context.Background(), callKey{}, trace)
+	run := traceHook{}.ProcessPipelineHook(func(context.Context, []redis.Cmder) error { return nil })
+	setup := []redis.Cmder{redis.NewMapStringInterfaceCmd(ctx, "hello", 3), redis.NewStatusCmd(ctx, "client", "setinfo", "LIB-NAME", "go-redis")}
+	require.NoError(t, run(ctx, setup))
+	assert.Zero(t, trace.sent.Load(), "a connection's setup")
+	require.NoError(t, run(ctx, []redis.Cmder{redis.NewStatusCmd(ctx, "multi"), redis.NewIntCmd(ctx, "incr", "k"), redis.NewSliceCmd(ctx, "exec")}))
+	assert.NotZero(t, trace.sent.Load(), "a transaction that can win")
+}

@@ -513,7 +513,7 @@ func (h traceHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 func (h traceHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		trace, _ := ctx.Value(callKey{}).(*callTrace)
-		if trace == nil {
+		if trace == nil || !writes(cmds) {
 			return next(ctx, cmds)
 		}
 		start := time.Now()
@@ -525,6 +525,22 @@ func (h traceHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 		}
 		return err
 	}
+}
+
+// writes reports whether a pipeline holds a command that can write: not
+// the setup of a new connection (HELLO, AUTH, CLIENT), which go-redis
+// sends as a pipeline under the context of the call that dialled, and
+// which once stamped a fencing Acquire's win 545ms late, after a SIGSTOP
+// (a wake-up subscription dialled under the Acquire's context), so that
+// the token-order check took a token drawn before the stop for one drawn
+// after it.
+func writes(cmds []redis.Cmder) bool {
+	for _, cmd := range cmds {
+		if !readOnly[cmd.Name()] {
+			return true
+		}
+	}
+	return false
 }
 
 // HungUp reports whether err is the harness closing the resource
