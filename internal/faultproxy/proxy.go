@@ -40,6 +40,7 @@ type Proxy struct {
 	stats  Stats
 	nconn  uint64                // connections accepted so far, numbering each one's fault draws
 	conns  map[net.Conn]struct{} // open connections on both sides, closed by Close
+	thawed chan struct{}         // closed while bytes flow; open (blocking every forwarder) while frozen
 }
 
 // Start listens on a free loopback port and forwards to target, injecting
@@ -65,7 +66,7 @@ func New(target string, faults Faults) (*Proxy, error) {
 	if err != nil {
 		return nil, fmt.Errorf("faultproxy: %w", err)
 	}
-	p := &Proxy{listener: listener, target: target, seen: map[string]int{}, faults: faults, conns: map[net.Conn]struct{}{}}
+	p := &Proxy{listener: listener, target: target, seen: map[string]int{}, faults: faults, conns: map[net.Conn]struct{}{}, thawed: closedGate()}
 	p.wg.Add(1)
 	go p.accept()
 	return p, nil
@@ -104,9 +105,46 @@ func (p *Proxy) Count(command string) int {
 	return p.seen[strings.ToLower(command)]
 }
 
+// Freeze stops every byte in both directions, on open connections and on
+// those accepted while frozen, without closing anything: to the client the
+// server has gone silent, as behind a partition or a stalled switch, and
+// only its own timeouts end a request. What was sent meanwhile is delivered
+// by Thaw, in order.
+func (p *Proxy) Freeze() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	select {
+	case <-p.thawed:
+		p.thawed = make(chan struct{})
+	default: // frozen already
+	}
+}
+
+// Thaw lets the bytes held since Freeze flow again.
+func (p *Proxy) Thaw() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	select {
+	case <-p.thawed:
+	default:
+		close(p.thawed)
+	}
+}
+
+// awaitThaw returns once the proxy is not frozen.
+func (p *Proxy) awaitThaw() {
+	p.mu.Lock()
+	gate := p.thawed
+	p.mu.Unlock()
+	<-gate
+}
+
+func closedGate() chan struct{} { c := make(chan struct{}); close(c); return c }
+
 // Close stops accepting, cuts every open connection and waits for the
 // proxy's goroutines to end.
 func (p *Proxy) Close() {
+	p.Thaw() // frozen forwarders go on to find their connections closed
 	_ = p.listener.Close()
 	p.mu.Lock()
 	for c := range p.conns {
@@ -154,7 +192,7 @@ func (p *Proxy) accept() {
 		go func() {
 			defer p.wg.Done()
 			defer p.forget(client)
-			forwardReplies(server, client, swallow)
+			p.forwardReplies(server, client, swallow)
 		}()
 	}
 }
@@ -208,6 +246,7 @@ func (p *Proxy) forwardRequests(c *conn) {
 		if lose {
 			c.blackhole()
 		}
+		p.awaitThaw()
 		if _, err := c.server.Write(raw); err != nil {
 			return
 		}
@@ -219,11 +258,13 @@ func (p *Proxy) forwardRequests(c *conn) {
 }
 
 // forwardReplies copies the server's bytes to the client until swallow is
-// closed; after that it keeps reading and discards them.
-func forwardReplies(server, client net.Conn, swallow <-chan struct{}) {
+// closed; after that it keeps reading and discards them. While the proxy
+// is frozen, what it read waits.
+func (p *Proxy) forwardReplies(server, client net.Conn, swallow <-chan struct{}) {
 	buf := make([]byte, 64<<10)
 	for {
 		n, err := server.Read(buf)
+		p.awaitThaw()
 		select {
 		case <-swallow:
 		default:

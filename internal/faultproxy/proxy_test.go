@@ -56,3 +56,27 @@ func TestARuleOnArgumentsLosesOnlyTheRepliesItPicks(t *testing.T) {
 	p.LoseRepliesTo(nil)
 	require.NoError(t, client.Set(ctx, "queued", "2", 0).Err(), "no rule: replies arrive again")
 }
+
+func TestAFrozenProxyHoldsRequestsUntilThawed(t *testing.T) {
+	ctx := context.Background()
+	server := miniredis.RunT(t)
+	p := Start(t, server.Addr())
+	client := redis.NewClient(&redis.Options{Addr: p.Addr(), MaxRetries: -1, ReadTimeout: 100 * time.Millisecond})
+	t.Cleanup(func() { _ = client.Close() })
+	require.NoError(t, client.Ping(ctx).Err(), "no fault: replies arrive")
+
+	p.Freeze()
+	err := client.Set(ctx, "held", "1", 0).Err()
+	var netErr interface{ Timeout() bool }
+	require.ErrorAs(t, err, &netErr, "a frozen proxy answers nothing")
+	assert.True(t, netErr.Timeout())
+	assert.False(t, server.Exists("held"), "the request is held, not applied")
+
+	p.Thaw()
+	deadline := time.Now().Add(5 * time.Second)
+	for !server.Exists("held") {
+		require.True(t, time.Now().Before(deadline), "the held SET was never delivered after Thaw")
+		time.Sleep(5 * time.Millisecond)
+	}
+	require.NoError(t, client.Ping(ctx).Err(), "a new connection works again")
+}
