@@ -40,7 +40,8 @@
 //   - wake-ups (wakeup.go): a release is announced on the key's channel;
 //   - polling with backoff (retry.go), capped at the holder's lease.
 //
-// The Lock (lock.go) owns its values; its lease (lease.go) says when it
+// The Lock (lock.go) owns its values and talks to Redis in its turn
+// (turn.go), never past its lease's end; its lease (lease.go) says when it
 // ends, and is renewed, watched and reported by lifecycle.go and
 // refresh.go. What the server and user allow is capabilities.go, read from
 // replies by their error code (replies.go). Keys and channel names:
@@ -69,6 +70,7 @@
 //	H7  the key holds no lock value: ErrNotLockValue, the key untouched (value.go)
 //	H8  the holder stalls past its lease: Done, Err, Context, fencing tokens (lifecycle.go, fencing.go)
 //	H9  a restart without persistence, or a failover, loses the key: WithReplicas waits for replicas (replicas.go); the rest is documented (README)
+//	H11 the holder is cut off from Redis: the loss is signalled at the lease's end, whatever is in flight (turn.go, lifecycle.go, lease.go)
 //
 // Safety rests on clocks: every process locking the same key must agree on
 // the time to within the skew margin, because an expired lease is judged by
