@@ -2,6 +2,7 @@ package setnxlock
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -103,5 +104,63 @@ func TestSkewMarginDelaysTakeoverByExactlyTheMargin(t *testing.T) {
 
 		_, err = New(b.client(t), WithSkewMargin(-time.Millisecond))
 		require.ErrorIs(t, err, ErrInvalidArgument)
+	})
+}
+
+// slowTime makes the TIME replies client receives arrive latency late once
+// slow is set: the server reads its clock at once, the reply is held up on
+// the way back, as on a congested link.
+func slowTime(client *redis.Client, latency time.Duration) (slow *atomic.Bool) {
+	slow = new(atomic.Bool)
+	hookCommand(client, "time", func(send func() error) error {
+		err := send()
+		if slow.Load() {
+			time.Sleep(latency) // the fault: the reply is late
+		}
+		return err
+	})
+	return slow
+}
+
+// L2 (issue 28): one measurement whose TIME replies are all slow used to
+// replace a good offset with one up to half its round trip behind. A
+// ServerClock intersects each measurement with what it already knew, so
+// it stays as close to the server as its best measurement put it, and
+// Uncertainty still bounds its error. The server here shares the test's
+// clock, so the true offset is zero.
+func TestAServerClockDoesNotFallBehindAfterASlowRemeasure(t *testing.T) {
+	onEachBackend(t, func(t *testing.T, b *backend) {
+		client := b.client(t)
+		slow := slowTime(client, 300*time.Millisecond)
+		clock, err := NewServerClock(ctx, client, time.Hour)
+		require.NoError(t, err)
+		defer clock.Close()
+		require.Less(t, clock.Uncertainty(), 50*time.Millisecond, "a fast first measurement")
+
+		slow.Store(true)
+		require.NoError(t, clock.measure(ctx))
+		assert.Less(t, clock.Uncertainty(), 50*time.Millisecond, "the slow measurement widened what was known")
+		assert.InDelta(t, 0, clock.Offset(), float64(50*time.Millisecond), "the slow measurement moved the clock")
+		assert.InDelta(t, 0, clock.Offset(), float64(clock.Uncertainty()), "Uncertainty does not bound the offset's error")
+		assert.Zero(t, clock.Steps(), "a slow measurement is no step of the server's clock")
+	})
+}
+
+// Uncertainty bounds the error of a clock measured only through slow
+// replies, and grows as the measurement ages.
+func TestServerClockUncertaintyBoundsASlowMeasurementAndGrowsWithAge(t *testing.T) {
+	onEachBackend(t, func(t *testing.T, b *backend) {
+		client := b.client(t)
+		slowTime(client, 300*time.Millisecond).Store(true)
+		clock, err := NewServerClock(ctx, client, time.Hour)
+		require.NoError(t, err)
+		defer clock.Close()
+		assert.InDelta(t, 0, clock.Offset(), float64(clock.Uncertainty()), "Uncertainty does not bound the offset's error")
+		measured := clock.Uncertainty()
+		clock.mu.Lock()
+		k := &clock.known // as if measured an hour earlier
+		k.localAt, k.earliest, k.latest = k.localAt.Add(-time.Hour), k.earliest.Add(-time.Hour), k.latest.Add(-time.Hour)
+		clock.mu.Unlock()
+		assert.GreaterOrEqual(t, clock.Uncertainty(), measured+360*time.Millisecond, "an hour at 100 ppm adds 360ms")
 	})
 }
