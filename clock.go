@@ -116,3 +116,19 @@ func at(c Clock, instant time.Time) <-chan time.Time {
 	}
 	return time.After(instant.Sub(c.Now()))
 }
+
+// uncertainClock is a Clock that knows how far it may be from the time it
+// follows: ServerClock. Uncertainty bounds that error at the moment it is
+// called.
+type uncertainClock interface {
+	Uncertainty() time.Duration
+}
+
+// uncertaintyOf is how far c may be from the time it follows: its
+// Uncertainty when it reports one, else zero.
+func uncertaintyOf(c Clock) time.Duration {
+	if u, ok := c.(uncertainClock); ok {
+		return u.Uncertainty()
+	}
+	return 0
+}

@@ -53,8 +53,8 @@ func (k *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 		if k.token == "" {
 			k.maybe = append(k.maybe, renewed.value)
 		}
-		if renewed.expiry.Before(k.ExpiresAt()) {
-			k.lease.move(k.lease.began(), renewed.expiry)
+		if ends := l.ourLeaseEnd(renewed.expiry, now); ends.Before(k.ExpiresAt()) {
+			k.lease.move(k.lease.began(), ends)
 		}
 		return fmt.Errorf("setnxlock: refresh %q: %w", k.key, err)
 	}
@@ -62,7 +62,7 @@ func (k *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 		return k.finish(lost, fmt.Errorf("%w: %q no longer holds our value", ErrNotHeld, k.key))
 	}
 	k.value, k.maybe = renewed.value, nil
-	k.lease.move(now, renewed.expiry)
-	l.observe(Event{Kind: EventRefreshed, Key: k.key, ExpiresAt: renewed.expiry, FencingToken: k.fencingToken})
+	k.lease.move(now, l.ourLeaseEnd(renewed.expiry, now))
+	l.observe(Event{Kind: EventRefreshed, Key: k.key, ExpiresAt: k.ExpiresAt(), FencingToken: k.fencingToken})
 	return nil
 }

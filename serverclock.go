@@ -34,7 +34,9 @@ import (
 // Uncertainty is half the interval's width, so it bounds how far Now may
 // be from the server's time, and grows with the age of the measurement.
 // Two Lockers on ServerClocks of the same server agree to within the sum of
-// their Uncertainty.
+// their Uncertainty, and a Locker accounts for its own: a lease it holds
+// ends, for it, that much before the end it states, and a foreign lease is
+// taken over only that much after its end plus the skew margin.
 type ServerClock struct {
 	client redis.UniversalClient
 
@@ -53,7 +55,9 @@ const serverClockSamples = 5
 // clockDrift bounds how fast the local monotonic clock and the server's
 // clock drift apart, in seconds per second: 100 ppm, each within 50 ppm of
 // true time. It is the rate at which a ServerClock's Uncertainty grows
-// between measurements.
+// between measurements, and the rate at which a Locker expects the
+// Uncertainty of its clock (any Clock that reports one) to grow over a
+// lease it holds.
 const clockDrift = 100e-6
 
 // drift is how far two clocks that tick within clockDrift of each other

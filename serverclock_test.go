@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/setnxlock/setnxlock/internal/await"
 	"github.com/setnxlock/setnxlock/internal/redistest"
 )
 
@@ -163,4 +164,54 @@ func TestServerClockUncertaintyBoundsASlowMeasurementAndGrowsWithAge(t *testing.
 		clock.mu.Unlock()
 		assert.GreaterOrEqual(t, clock.Uncertainty(), measured+360*time.Millisecond, "an hour at 100 ppm adds 360ms")
 	})
+}
+
+// H4 with ServerClocks (issue 28): the holder believes less, the reader
+// waits more. A holder whose ServerClock was measured only through slow
+// replies, or re-measured through them, runs behind the server by up to
+// half their round trip; a reader on an accurate ServerClock with the
+// README's LAN margin of 20ms must still not take the key while the holder
+// believes it holds it.
+func TestLockersOnServerClocksNeverOverlap(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		slowAtFirst bool // the first measurement is slow too: nothing good to keep
+	}{
+		{name: "slow re-measure", slowAtFirst: false},
+		{name: "slow first measurement", slowAtFirst: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			onEachBackend(t, func(t *testing.T, b *backend) {
+				clockClient := b.client(t)
+				slow := slowTime(clockClient, 300*time.Millisecond)
+				slow.Store(tc.slowAtFirst)
+				holderClock, err := NewServerClock(ctx, clockClient, time.Hour)
+				require.NoError(t, err)
+				defer holderClock.Close()
+				slow.Store(true)
+				require.NoError(t, holderClock.measure(ctx))
+
+				readerClock, err := NewServerClock(ctx, b.client(t), time.Hour)
+				require.NoError(t, err)
+				defer readerClock.Close()
+
+				ttl := 500 * time.Millisecond
+				holder, err := New(b.client(t), WithClock(holderClock), WithTTL(ttl))
+				require.NoError(t, err)
+				defer holder.Close()
+				reader, err := New(b.client(t), WithClock(readerClock), WithTTL(ttl), WithSkewMargin(20*time.Millisecond))
+				require.NoError(t, err)
+				defer reader.Close()
+
+				held, err := holder.TryAcquire(ctx, "lock.k")
+				require.NoError(t, err)
+				taken, err := reader.Acquire(await.Context(t), "lock.k")
+				require.NoError(t, err)
+				believed := held.ExpiresAt().Sub(holderClock.Now())
+				assert.LessOrEqual(t, believed, time.Duration(0),
+					"the reader took the key while the holder believed %v of its lease", believed)
+				require.NoError(t, taken.Release(ctx))
+			})
+		})
+	}
 }
