@@ -37,12 +37,17 @@ import (
 // their Uncertainty, and a Locker accounts for its own: a lease it holds
 // ends, for it, that much before the end it states, and a foreign lease is
 // taken over only that much after its end plus the skew margin.
+//
+// Waits for an instant of the clock (a lease's end) follow it: when a
+// measurement moves Now, they are re-armed at once.
 type ServerClock struct {
 	client redis.UniversalClient
 
 	mu    sync.Mutex
 	known serverTime // where the server's time is, for sure
 	steps int64      // measurements that did not meet known: the server's clock stepped
+
+	waits clockWaits // re-armed after every measurement that moves Now
 
 	stop    context.CancelFunc // ends the background refresh, and a measurement in flight
 	stopped context.Context
@@ -151,7 +156,7 @@ func (c *ServerClock) refreshEvery(interval time.Duration) {
 }
 
 // measure samples the server's time and narrows what the clock knows by it,
-// or replaces it after a step.
+// or replaces it after a step; then it re-arms the waits on the clock.
 func (c *ServerClock) measure(ctx context.Context) error {
 	measured, err := c.sample(ctx)
 	if err != nil {
@@ -166,6 +171,7 @@ func (c *ServerClock) measure(ctx context.Context) error {
 		c.steps++
 	}
 	c.mu.Unlock()
+	c.waits.recheck()
 	return nil
 }
 
@@ -231,4 +237,11 @@ func (s serverTime) intersect(o serverTime) (both serverTime, ok bool) {
 		both.latest = o.latest
 	}
 	return both, !both.earliest.After(both.latest)
+}
+
+// waitUntil fills the returned channel once the clock reaches instant,
+// re-armed whenever a measurement moves the clock; a wait whose abandon
+// channel is closed is dropped at its instant or at the next measurement.
+func (c *ServerClock) waitUntil(instant time.Time, abandon <-chan struct{}) <-chan time.Time {
+	return c.waits.add(c, instant, abandon)
 }
