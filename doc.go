@@ -46,7 +46,9 @@
 // refresh.go. What the server and user allow is capabilities.go, read from
 // replies by their error code (replies.go). Keys and channel names:
 // keys.go. Values: value.go (reading), format.go (writing). Also: clock.go,
-// serverclock.go, fencing.go, observer.go, options.go, errors.go; status.go
+// serverclock.go, clockwait.go (timers that follow their clock), belief.go
+// (a lease's end as we believe it), fencing.go, observer.go, options.go,
+// errors.go; status.go
 // reads a key from the outside (Status) and breaks it (ForceRelease);
 // replicas.go makes lease writes wait for replicas (WithReplicas).
 //
@@ -64,7 +66,7 @@
 //	H1  DEL-then-SETNX lets two clients in: expired locks are taken only by the watched GETSET (deadlock.go)
 //	H2  the GETSET loser overwrites the winner: its GETSET never runs (deadlock.go)
 //	H3  release or refresh after our lease ended: compare-and-delete/-set on our value (lock.go, refresh.go, lua/owned.lua)
-//	H4  clocks disagree: one Clock per Locker, ServerClock, WithSkewMargin (clock.go, serverclock.go, acquire.go)
+//	H4  clocks disagree: one Clock per Locker, ServerClock, WithSkewMargin, its Uncertainty (clock.go, serverclock.go, belief.go, acquire.go)
 //	H5  a reply is lost after the write applied: our writes are recognised (pending.go, queue.go, lua/release.lua)
 //	H6  keys left forever: a relative PEXPIRE a grace past every lease (acquire.go, commands.go)
 //	H7  the key holds no lock value: ErrNotLockValue, the key untouched (value.go)

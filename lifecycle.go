@@ -150,7 +150,7 @@ func (k *Lock) keep() {
 			return
 		case <-k.lease.moved:
 			continue
-		case <-at(l.cfg.clock, wakeAt):
+		case <-at(l.cfg.clock, wakeAt, k.lease.done):
 		}
 		if k.endIfRunOut() {
 			return

@@ -63,8 +63,9 @@ func (k *Lock) Key() string {
 }
 
 // ExpiresAt returns the end of the lease: after this instant, by the
-// Locker's clock, other clients may take the lock over. A nil Lock returns
-// the zero time.
+// Locker's clock, other clients may take the lock over. With a clock that
+// reports its Uncertainty (ServerClock) it is the end the key states less
+// that uncertainty. A nil Lock returns the zero time.
 func (k *Lock) ExpiresAt() time.Time {
 	if k == nil {
 		return time.Time{}

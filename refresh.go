@@ -62,8 +62,8 @@ func (k *Lock) refresh(ctx context.Context, ttl time.Duration) error {
 		if k.token == "" {
 			k.maybe = append(k.maybe, renewed.value)
 		}
-		if renewed.expiry.Before(k.ExpiresAt()) {
-			k.lease.move(k.lease.began(), renewed.expiry)
+		if ends := l.ourLeaseEnd(renewed.expiry, now); ends.Before(k.ExpiresAt()) {
+			k.lease.move(k.lease.began(), ends)
 		}
 		return fmt.Errorf("setnxlock: refresh %q: %w", k.key, err)
 	}
@@ -71,14 +71,14 @@ func (k *Lock) refresh(ctx context.Context, ttl time.Duration) error {
 		return k.finish(lost, fmt.Errorf("%w: %q no longer holds our value", ErrNotHeld, k.key))
 	}
 	k.value, k.maybe = renewed.value, nil
-	if !k.lease.move(now, renewed.expiry) {
+	if !k.lease.move(now, l.ourLeaseEnd(renewed.expiry, now)) {
 		// H11: the lease ran out before this renewal was confirmed, and the
 		// lock was declared lost then. The key holds a lease nobody will
 		// use: free it while it is still ours, so nobody waits it out.
 		k.discard(ctx)
 		return k.Err()
 	}
-	l.observe(Event{Kind: EventRefreshed, Key: k.key, ExpiresAt: renewed.expiry, FencingToken: k.fencingToken})
+	l.observe(Event{Kind: EventRefreshed, Key: k.key, ExpiresAt: k.ExpiresAt(), FencingToken: k.fencingToken})
 	return nil
 }
 

@@ -38,13 +38,16 @@ func (k *Lock) unlockOp() { <-k.op }
 // courtesy Release of a lost lock), only ctx bounds the wait.
 func (k *Lock) inTurn(ctx context.Context, verb string, body func() error, overdue func(err error) error) error {
 	bounded := !k.endIfRunOut() // a lease already over is lost now, not after a round trip
+	returned := make(chan struct{})
+	defer close(returned) // drops the waits for the lease's end
+	leaseEnd := func() <-chan time.Time { return k.leaseEnd(bounded, returned) }
 	for taken := false; !taken; {
 		select {
 		case k.op <- struct{}{}:
 			taken = true
 		case <-ctx.Done():
 			return fmt.Errorf("setnxlock: %s %q: %w", verb, k.key, ctx.Err())
-		case <-k.leaseEnd(bounded):
+		case <-leaseEnd():
 			if k.endIfRunOut() {
 				return overdue(nil)
 			}
@@ -62,7 +65,7 @@ func (k *Lock) inTurn(ctx context.Context, verb string, body func() error, overd
 				return overdue(err)
 			}
 			return err
-		case <-k.leaseEnd(bounded):
+		case <-leaseEnd():
 			if k.endIfRunOut() {
 				select {
 				case err := <-result: // answered at the same instant: its own word
@@ -88,12 +91,12 @@ func (k *Lock) lostWith(verb string) func(err error) error {
 }
 
 // leaseEnd fills the returned channel when the lease's current end comes
-// by the Locker's clock; it is nil (never ready) when bounded is false.
-// Whoever receives from it checks the lease again: a renewal may have
-// moved its end meanwhile.
-func (k *Lock) leaseEnd(bounded bool) <-chan time.Time {
+// by the Locker's clock, unless abandon is closed first; it is nil (never
+// ready) when bounded is false. Whoever receives from it checks the lease
+// again: a renewal may have moved its end meanwhile.
+func (k *Lock) leaseEnd(bounded bool, abandon <-chan struct{}) <-chan time.Time {
 	if !bounded {
 		return nil
 	}
-	return at(k.locker.cfg.clock, k.ExpiresAt())
+	return at(k.locker.cfg.clock, k.ExpiresAt(), abandon)
 }
