@@ -28,6 +28,9 @@ import (
 var binary string
 
 func TestMain(m *testing.M) {
+	if os.Getenv(subreaperEnv) != "" {
+		execAsSubreaper() // this process is a wrapper, not the tests
+	}
 	dir, err := os.MkdirTemp("", "setnxlock-cli-test")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

@@ -25,6 +25,9 @@ type runOptions struct {
 	killGrace  time.Duration
 	maxRuntime time.Duration // 0: none
 	verbose    bool
+	// killDescendants kills what the command leaves in its process group
+	// when it exits, instead of holding the lock until those exit.
+	killDescendants bool
 }
 
 // formats maps --format's names to the library's formats.
@@ -41,7 +44,7 @@ var formats = map[string]setnxlock.Format{
 var notCarriedOver = []struct{ name, short, why string }{
 	{"shared", "s", "shared locks are not supported yet (a future --permits will allow N holders)"},
 	{"unlock", "u", "there is no descriptor to unlock: the lock is released when the command exits (setnxlock release --force KEY breaks it)"},
-	{"close", "o", "no descriptor is passed to the command"},
+	{"close", "o", "no descriptor is passed to the command: its process group holds the lock until it is empty (--kill-descendants ends that at the command's exit)"},
 	{"no-fork", "F", "run must stay in the parent to renew the lease"},
 }
 
@@ -68,8 +71,9 @@ func parseRun(args []string, stdout io.Writer) (opts runOptions, help bool, err 
 	format := fs.String("format", "token", "the stored value: token, millis, seconds (kvz/cronlock, the SETNX page) or float")
 	fs.BoolVar(&opts.fencing, "fencing", false, "draw a fencing token, in SETNXLOCK_FENCING_TOKEN")
 	fs.DurationVar(&opts.minHold, "min-hold", 0, "hold the lock at least this long after acquiring it: the lease is left to end then")
-	fs.DurationVar(&opts.killGrace, "kill-grace", 5*time.Second, "after SIGTERM to the command (lease lost, --max-runtime), SIGKILL after this")
+	fs.DurationVar(&opts.killGrace, "kill-grace", 5*time.Second, "between SIGTERM and SIGKILL to the command's process group; at most TTL/3 minus a margin when the lease is about to end")
 	fs.DurationVar(&opts.maxRuntime, "max-runtime", 0, "kill the command after this long (exit 124); default: no limit")
+	fs.BoolVar(&opts.killDescendants, "kill-descendants", false, "when COMMAND exits, kill what it left in its process group (SIGTERM, SIGKILL after --kill-grace); default: hold the lock until they exit")
 	fs.BoolVarP(&opts.verbose, "verbose", "v", false, "say on stderr when it waits, acquires, renews, loses and releases")
 	shell := fs.StringP("command", "c", "", "run this with /bin/sh -c instead of a COMMAND")
 	fs.BoolP("exclusive", "x", false, "an exclusive lock: the only kind, accepted as flock(1)'s")

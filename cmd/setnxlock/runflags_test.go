@@ -46,12 +46,15 @@ func TestRunReadsFlocksForms(t *testing.T) {
 	}
 }
 
-// -V prints the version, as flock -V.
-func TestRunReadsVersion(t *testing.T) {
+// -V prints the version, as flock -V; --kill-descendants is read.
+func TestRunReadsVersionAndKillDescendants(t *testing.T) {
 	t.Parallel()
 	var out strings.Builder
 	if _, help, err := parseRun([]string{"-V"}, &out); err != nil || !help || !strings.HasPrefix(out.String(), "setnxlock ") {
 		t.Errorf("run -V: help %v, error %v, printed %q", help, err, out.String())
+	}
+	if opts, _, err := parseRun([]string{"k", "--kill-descendants", "true"}, io.Discard); err != nil || !opts.killDescendants {
+		t.Errorf("--kill-descendants after KEY: %v, error %v", opts.killDescendants, err)
 	}
 }
 
@@ -66,7 +69,7 @@ func TestRunRefusesWhatDoesNotCarryOver(t *testing.T) {
 		{[]string{"-s", "k", "true"}, "--permits"},
 		{[]string{"k", "--shared", "true"}, "--permits"},
 		{[]string{"-u", "k"}, "release --force"},
-		{[]string{"-o", "k", "true"}, "descriptor"},
+		{[]string{"-o", "k", "true"}, "--kill-descendants"},
 		{[]string{"-F", "k", "true"}, "renew"},
 		{[]string{"-n"}, "file-descriptor"},
 		{[]string{"k"}, "needs a command"},
