@@ -28,8 +28,9 @@
 //     trip per attempt and per release; the default;
 //   - commands (commands.go): SET NX PX, GET, a watched delete;
 //     WithoutScripts, or after scripts are refused;
-//   - classic (commands.go): SETNX and PEXPIRE; WithClassicCommands, or a
-//     server without SET's options.
+//   - classic (commands.go): SETNX, then PEXPIRE in a transaction watched
+//     on our value (acquire.go, H6, H10); WithClassicCommands, or a server
+//     without SET's options.
 //
 // The three ways to wait (wait.go):
 //   - the queue (queue.go, handoff.go; commandqueue.go without scripts):

@@ -55,18 +55,19 @@ func TestLostExecRepliesAreNeverResent(t *testing.T) {
 
 		lock, err := l.TryAcquire(ctx, "lock.release")
 		require.NoError(t, err)
-		// The first EXEC is the Locker's empty check of MULTI (checkTransactions).
-		p.LoseReplies(func(command string, nth int) bool { return command == "exec" && nth == 2 })
+		// The first EXECs are the Locker's empty check of MULTI
+		// (checkTransactions) and the safety net's after SETNX (H6).
+		p.LoseReplies(func(command string, nth int) bool { return command == "exec" && nth == 3 })
 		require.Error(t, lock.Release(ctx))
-		require.Equal(t, 2, p.Count("exec"), "EXEC must not be resent")
+		require.Equal(t, 3, p.Count("exec"), "EXEC must not be resent")
 		assert.Equal(t, "<missing>", b.value(t, "lock.release"), "the DEL was applied")
 		require.NoError(t, lock.Release(ctx), "the retried Release learns it is done")
 
 		b.classicCrashedHolder(t, "lock.takeover")
-		p.LoseReplies(func(command string, nth int) bool { return command == "exec" && nth == 3 })
+		p.LoseReplies(func(command string, nth int) bool { return command == "exec" && nth == 4 })
 		_, err = l.TryAcquire(ctx, "lock.takeover")
 		require.Error(t, err)
-		require.Equal(t, 3, p.Count("exec"), "EXEC must not be resent")
+		require.Equal(t, 4, p.Count("exec"), "EXEC must not be resent")
 		p.LoseReplies(nil)
 		taken, err := l.TryAcquire(ctx, "lock.takeover")
 		require.NoError(t, err, "our applied takeover must be recognised")

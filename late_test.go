@@ -329,10 +329,13 @@ func pollsUntil(t *testing.T, log *writeLog, n int) {
 
 // The replay test of issue 28: on every queueing path and backend, a
 // waiter wins by a handoff, refreshes, renews, releases; waits again and
-// wins by a poll once a classic client frees the key; waits again and
-// takes an expired lease over. At each step every write it sent so far is
-// delivered late, and the key must still state the holder's lease; once
-// released, a late copy must leave the successor's lease alone.
+// wins by a poll once a classic client frees the key, and refreshes for
+// longer than TTL + grace; waits again and takes an expired lease over. At
+// each step every write it sent so far is delivered late, and the key must
+// still state the holder's lease; once released, a late copy must leave
+// the successor's lease alone. Successors hold for a minute, longer than
+// the waiter's TTL + grace: a late write of the waiter's safety net (H6)
+// must not cut their lease, nor the waiter's own after its long Refresh.
 func TestALateCopyOfAnyWriteNeverRollsALeaseBack(t *testing.T) {
 	const key = "lock.k"
 	for _, p := range queueingPaths {
@@ -343,6 +346,7 @@ func TestALateCopyOfAnyWriteNeverRollsALeaseBack(t *testing.T) {
 				warm(t, w)
 				log := logWrites(t, b, client)
 				others := b.locker(t, p.opt)
+				successors := b.locker(t, p.opt, WithTTL(time.Minute))
 
 				// waitThenWin queues w on key while free stands in the way,
 				// with polls stamped at two instants, and returns its Lock.
@@ -358,7 +362,7 @@ func TestALateCopyOfAnyWriteNeverRollsALeaseBack(t *testing.T) {
 				}
 				releaseThenSucceed := func(lock *Lock, how string) {
 					require.NoError(t, lock.Release(ctx))
-					successor, err := others.TryAcquire(ctx, key)
+					successor, err := successors.TryAcquire(ctx, key)
 					require.NoError(t, err)
 					lateCopiesLeaveTheLease(t, b, log, key, successor, "after a release, on the successor's lease ("+how+")")
 					require.NoError(t, successor.Release(ctx), "the successor still holds its lease")
@@ -380,6 +384,8 @@ func TestALateCopyOfAnyWriteNeverRollsALeaseBack(t *testing.T) {
 				b.set(t, key, strconv.FormatInt(b.clock.Now().Add(time.Hour).UnixMilli(), 10)) // a classic client's lease, in ms
 				lock = waitThenWin(func() { require.NoError(t, b.raw.Del(ctx, key).Err()) })
 				lateCopiesLeaveTheLease(t, b, log, key, lock, "won by a poll")
+				require.NoError(t, lock.Refresh(ctx, time.Minute))
+				lateCopiesLeaveTheLease(t, b, log, key, lock, "won by a poll, after a Refresh longer than TTL + grace")
 				releaseThenSucceed(lock, "poll")
 
 				b.set(t, key, strconv.FormatInt(b.clock.Now().Add(1500*time.Millisecond).UnixMilli(), 10)) // over by the second poll
@@ -389,4 +395,34 @@ func TestALateCopyOfAnyWriteNeverRollsALeaseBack(t *testing.T) {
 			})
 		})
 	}
+}
+
+// H10 and H6 on every path: the reply of the write that created the key is
+// lost, and the next attempt takes the key as ours (H5) and gives it its
+// safety net, which that write may lack. A late copy of any write the
+// Locker sent, that net's included, must leave the lease alone after a
+// Refresh longer than TTL + grace, and once released, a successor's lease
+// of a minute.
+func TestALateSafetyNetOfARecognisedWriteNeverCutsALease(t *testing.T) {
+	const key = "lock.k"
+	onEachPath(t, func(t *testing.T, b *backend, p lockPath) {
+		client := b.client(t)
+		l := b.lockerOn(t, client, p.opt)
+		warm(t, l)
+		log := logWrites(t, b, client)
+		loseReply(client, p.acquire)
+
+		_, err := l.TryAcquire(ctx, key)
+		require.Error(t, err)
+		lock, err := l.TryAcquire(ctx, key)
+		require.NoError(t, err, "our own lease, recognised")
+		require.NoError(t, lock.Refresh(ctx, time.Minute))
+		lateCopiesLeaveTheLease(t, b, log, key, lock, "after a Refresh longer than TTL + grace")
+
+		require.NoError(t, lock.Release(ctx))
+		successor, err := b.locker(t, p.opt, WithTTL(time.Minute)).TryAcquire(ctx, key)
+		require.NoError(t, err)
+		lateCopiesLeaveTheLease(t, b, log, key, successor, "after a release, on the successor's lease")
+		require.NoError(t, successor.Release(ctx), "the successor still holds its lease")
+	})
 }

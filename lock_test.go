@@ -25,7 +25,7 @@ func TestUncontendedLockIsTakenWithSetnxAndReleased(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, "lock.report", lock.Key())
 		assert.Equal(t, b.start.Add(10*time.Second), lock.ExpiresAt())
-		assert.Equal(t, "SETNX PEXPIRE", sent.names(), "SETNX, then the safety net (H6)")
+		assert.Equal(t, "SETNX WATCH GET MULTI PEXPIRE EXEC", sent.names(), "SETNX, then the safety net (H6), watched (H10)")
 
 		stored := b.value(t, "lock.report")
 		expiryMillis, token, _ := strings.Cut(stored, ":")
@@ -34,7 +34,7 @@ func TestUncontendedLockIsTakenWithSetnxAndReleased(t *testing.T) {
 
 		require.NoError(t, lock.Release(ctx))
 		assert.Equal(t, "<missing>", b.value(t, "lock.report"))
-		assert.Equal(t, "SETNX PEXPIRE WATCH GET ZRANGE MULTI DEL PUBLISH EXEC", sent.names())
+		assert.Equal(t, "SETNX WATCH GET MULTI PEXPIRE EXEC WATCH GET ZRANGE MULTI DEL PUBLISH EXEC", sent.names())
 	})
 }
 

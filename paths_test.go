@@ -62,7 +62,7 @@ func TestEachPathTakesItsRoundTrips(t *testing.T) {
 	want := map[string][2]string{
 		"scripts":  {"EVALSHA", "EVALSHA"},
 		"commands": {"SET", "WATCH GET ZRANGE MULTI DEL PUBLISH EXEC"},
-		"classic":  {"SETNX PEXPIRE", "WATCH GET ZRANGE MULTI DEL PUBLISH EXEC"},
+		"classic":  {"SETNX WATCH GET MULTI PEXPIRE EXEC", "WATCH GET ZRANGE MULTI DEL PUBLISH EXEC"},
 	}
 	onEachPath(t, func(t *testing.T, b *backend, p lockPath) {
 		client := b.client(t)

@@ -28,8 +28,9 @@ import (
 // server: go-redis resends a pipeline whose reply was lost on a new
 // connection, which a failover client opens to the promoted replica, where
 // a PEXPIRE of a key it never got writes nothing and WAIT counts every
-// replica at once. The PEXPIRE is the one setSafetyNet sends after a
-// SETNX, whose length makes it safe even if it lands late.
+// replica at once. That PEXPIRE is not watched (H10): a late copy of it,
+// landing after a later, longer lease of ours or a successor's, cuts that
+// lease's net to the one it carries (README, a limit that remains).
 //
 // The acknowledgement must come while the lease lasts: WAIT's timeout is
 // cut to the lease's remaining time, and an acknowledgement that arrives
