@@ -32,7 +32,7 @@ type Config struct {
 	ReadTimeout            time.Duration // go-redis's read and write timeouts
 	LongHoldRate           float64       // share of critical sections that write until the lease's very end
 
-	Network      faultproxy.Faults // latency, lost replies and cut connections; its Seed is set from Seed
+	Network      faultproxy.Faults // latency, lost replies, cut connections and held-back requests; its Seed is set from Seed
 	KillRate     float64           // per write of a process client: SIGKILL inside the critical section
 	PauseRate    float64           // per write of a process client: SIGSTOP past the lease, then SIGCONT
 	CrashRate    float64           // per write of a goroutine client: abandon the lock, as if crashed
@@ -52,6 +52,14 @@ type Config struct {
 	RevokeACL         bool          // revoke pub/sub, then scripting, from the clients' ACL user for a tenth of the run each
 	QueuedLoseRate    float64       // per queued attempt (the acquire script with a queue entry): its reply is lost
 	OOMEvery          time.Duration // mean time between 30ms spells of maxmemory 1, when writes that need memory fail with OOM (0: never)
+
+	// PartitionEvery is the mean time from the end of one partition to the
+	// start of the next (0: none): a client holding a lock inside a long
+	// critical section is cut off from Redis, its proxy frozen (nothing
+	// closed) for partitionLength, while every other client reaches
+	// Redis. Only in the partition mode, where each client has a proxy of
+	// its own.
+	PartitionEvery time.Duration
 
 	ClientTags   string    // build tags of the client program (OwnerCheckOffTag breaks the owner check)
 	ClientBinary string    // a client program already built with ClientTags; built into a temporary directory if empty
@@ -102,6 +110,16 @@ func DefaultConfig(mode string) Config {
 		OOMEvery:          2 * time.Second,
 	}
 	switch mode {
+	case ModePartition:
+		// The finding of issue 22 scaled to the harness's lease: go-redis's
+		// default ReadTimeout (3s) against a 2s lease is 1.5 leases, so a
+		// renewal sent into a partition outlives the lease unless the
+		// library bounds it (ContextTimeoutEnabled off). Every bound that
+		// allows for a read timeout grows with it.
+		c.ReadTimeout = c.TTL * 3 / 2
+		c.CrashRate = 0 // as in autorefresh: a goroutine cannot stop its renewals short of Release
+		c.LongHoldRate = 0.05
+		c.PartitionEvery = 200 * time.Millisecond
 	case ModeFormats:
 		// UnixSeconds leases last up to two seconds: more keys keep the run
 		// going while crashed holders' keys wait out their leases.
@@ -114,6 +132,10 @@ func DefaultConfig(mode string) Config {
 		// releasing them: only process kills crash holders here.
 		c.CrashRate = 0
 	}
+	// Held-back requests (H10), past the client's read timeout: the client
+	// has given up and gone on, and the request lands after its later ones.
+	c.Network.HoldRate = 0.002
+	c.Network.MinHold, c.Network.MaxHold = c.ReadTimeout+10*time.Millisecond, 3*c.ReadTimeout
 	return c
 }
 
@@ -230,7 +252,21 @@ const handoffClaimWindow = 250 * time.Millisecond
 // faults hit, and 80ms for scheduling on a loaded machine. It is shorter
 // than a lease, so a key held for a whole lease by nobody is caught.
 func (c Config) freeWaitBound() time.Duration {
-	return 50*time.Millisecond + c.MaxBackoff + c.Margin + c.Skew + 2*c.ReadTimeout + 80*time.Millisecond
+	return 50*time.Millisecond + c.MaxBackoff + c.Margin + c.Skew + 2*c.ReadTimeout + schedulingSlack
+}
+
+// schedulingSlack is how late a loaded machine may run a goroutine that is
+// due: a waiter's next attempt (freeWaitBound), or a holder's reaction to
+// the loss of its lock (Bounds.LossSlack: the library signals the loss at
+// the lease's end whatever is in flight, H11, and the holder then needs
+// to be scheduled).
+const schedulingSlack = 80 * time.Millisecond
+
+// partitionLength is how long a partition lasts, for a uniform draw u in
+// [0, 1): past the lease and a renewal's read timeout, so that a renewal
+// sent into it outlives the lease unless the library cuts it short.
+func (c Config) partitionLength(u float64) time.Duration {
+	return c.TTL + c.ReadTimeout + time.Duration(u*float64(c.ReadTimeout))
 }
 
 // finalBound is how soon after the faults stop every key must be acquired,
@@ -266,6 +302,10 @@ func (c Config) bounds() Bounds {
 		},
 		HeldPastOf: func(client string) time.Duration {
 			return lockerFor(c.Mode, slotOf(client, c.Goroutines)).heldPast(c.TTL)
+		},
+		LossSlack: schedulingSlack,
+		UntilLost: func(client string) string {
+			return lockerFor(c.Mode, slotOf(client, c.Goroutines)).lossGroup()
 		}}
 }
 
