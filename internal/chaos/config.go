@@ -162,6 +162,7 @@ var BrokenRuns = []struct{ Mode, Assumption string }{
 	{ModeCluster, BreakSkew}, // a restarted node is refused for seconds: longer than any critical section
 	{ModeMixed, BreakOwnerCheck},
 	{ModeElection, BreakRestartNoPersistence}, // terms start over: the fence catches it too
+	{ModePartition, BreakSkew},
 }
 
 // Breaks lists the assumptions Break knows.
