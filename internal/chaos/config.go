@@ -51,6 +51,7 @@ type Config struct {
 	ScriptFlushEvery  time.Duration // mean time between SCRIPT FLUSH (0: never)
 	RevokeACL         bool          // revoke pub/sub, then scripting, from the clients' ACL user for a tenth of the run each
 	QueuedLoseRate    float64       // per queued attempt (the acquire script with a queue entry): its reply is lost
+	QueuedHoldRate    float64       // per queued attempt: held back past the read timeout (Network.MinHold to MaxHold), then delivered (issue 28's L1)
 	OOMEvery          time.Duration // mean time between 30ms spells of maxmemory 1, when writes that need memory fail with OOM (0: never)
 
 	// PartitionEvery is the mean time from the end of one partition to the
@@ -107,6 +108,7 @@ func DefaultConfig(mode string) Config {
 		ScriptFlushEvery:  2 * time.Second,
 		RevokeACL:         true,
 		QueuedLoseRate:    0.02,
+		QueuedHoldRate:    0.02,
 		OOMEvery:          2 * time.Second,
 	}
 	switch mode {
@@ -134,7 +136,7 @@ func DefaultConfig(mode string) Config {
 	}
 	// Held-back requests (H10), past the client's read timeout: the client
 	// has given up and gone on, and the request lands after its later ones.
-	c.Network.HoldRate = 0.002
+	c.Network.HoldRate = 0.001
 	c.Network.MinHold, c.Network.MaxHold = c.ReadTimeout+10*time.Millisecond, 3*c.ReadTimeout
 	return c
 }

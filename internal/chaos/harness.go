@@ -38,6 +38,7 @@ const (
 	FaultACLRevoke   = "acl-revoke"   // pub/sub or scripting revoked from the clients' user for a while
 	FaultOOM         = "oom"          // 30ms with maxmemory 1: writes that need memory fail with OOM
 	FaultQueuedLost  = "queued-lost"  // a queued attempt's reply lost on purpose (also among the proxies' lost replies)
+	FaultQueuedHeld  = "queued-held"  // a queued attempt held back past the read timeout on purpose (also among the proxies' held requests)
 	FaultPartition   = "partition"    // a client inside a critical section cut off from Redis, its proxy frozen for a while
 
 	// The faults a client injects into itself and reports (worker.go).
@@ -242,6 +243,7 @@ func (h *harness) shutdown(cancelWork context.CancelFunc) time.Time {
 	end := h.rec.stop()
 	h.servers.setNetworkFaults(faultproxy.Faults{})
 	h.servers.loseRepliesTo(nil)
+	h.servers.holdRequestsTo(nil)
 	cancelWork()
 	h.mu.Lock()
 	close(h.stop)

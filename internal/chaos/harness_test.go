@@ -62,6 +62,10 @@ func TestEveryModeRunsWithoutASafetyViolation(t *testing.T) {
 			assert.Positive(t, res.Faults.Kinds[FaultRestart], "server restarts")
 			assert.Positive(t, res.Faults.Network.Total(), "network faults")
 			assert.Positive(t, res.Report.Sections, "critical sections counted")
+			if mode == ModeDefault {
+				assert.Positive(t, res.Faults.Kinds[FaultQueuedLost], "queued attempts' replies lost")
+				assert.Positive(t, res.Faults.Kinds[FaultQueuedHeld], "queued attempts held back")
+			}
 			if mode == ModePartition {
 				assert.Positive(t, res.Faults.Kinds[FaultPartition], "holders cut off")
 				assert.NotEmpty(t, res.Report.LossGaps, "losses signalled to holders at work")
@@ -121,11 +125,13 @@ func TestAnUnknownAssumptionOrModeIsRefused(t *testing.T) {
 }
 
 func TestQueuedAttemptsAreRecognisedOnTheWire(t *testing.T) {
-	queued := []string{"evalsha", "abc", "2", "chaos.k1", "{chaos.k1}.waiters", "123:TOKEN", "600", "ID:TOKEN", "TOKEN"}
+	queued := []string{"evalsha", "abc", "2", "chaos.k1", "{chaos.k1}.waiters", "123:TOKEN", "600", "ID:TOKEN", "TOKEN", "1795600610415000"}
+	queuedBefore := []string{"evalsha", "abc", "2", "chaos.k1", "{chaos.k1}.waiters", "123:TOKEN", "600", "ID:TOKEN", "TOKEN"} // without the arrival
 	release := []string{"evalsha", "abc", "2", "chaos.k1", "{chaos.k1}.waiters", "setnxlock:released:chaos.k1", "123", "1", "250", "0", "TOKEN"}
 	leave := []string{"evalsha", "abc", "2", "chaos.k1", "{chaos.k1}.waiters", "ID:TOKEN", "TOKEN", "setnxlock:released:chaos.k1", "123", "250"}
 	unqueued := []string{"evalsha", "abc", "1", "chaos.k1", "123:TOKEN", "600"}
 	assert.True(t, queuedAttempt(queued))
+	assert.True(t, queuedAttempt(queuedBefore))
 	assert.False(t, queuedAttempt(release))
 	assert.False(t, queuedAttempt(leave))
 	assert.False(t, queuedAttempt(unqueued))

@@ -234,6 +234,13 @@ func (b *backend) loseRepliesTo(rule func(args []string) bool) {
 	}
 }
 
+// holdRequestsTo sets every proxy's holding rule.
+func (b *backend) holdRequestsTo(rule func(args []string) time.Duration) {
+	for _, p := range b.proxies {
+		p.HoldRequestsTo(rule)
+	}
+}
+
 // stats adds up the proxies' counts.
 func (b *backend) stats() faultproxy.Stats {
 	var s faultproxy.Stats

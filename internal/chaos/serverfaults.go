@@ -10,7 +10,8 @@ import (
 // The faults of the waiting paths that the harness injects from outside
 // the clients: pub/sub connections cut, scripts flushed, ACL permissions
 // revoked and restored, waiting processes killed, queued attempts' replies
-// lost. Each draws from a seeded stream of its own.
+// lost or the attempts held back. Each draws from a seeded stream of its
+// own.
 
 // startServerFaults starts the goroutines that inject them.
 func (h *harness) startServerFaults() {
@@ -23,6 +24,20 @@ func (h *harness) startServerFaults() {
 				return true
 			}
 			return false
+		})
+	}
+	if h.cfg.QueuedHoldRate > 0 && h.cfg.Network.MaxHold > 0 {
+		rng := streamFor(h.cfg.Seed, "queued-held")
+		minHold, maxHold := h.cfg.Network.MinHold, h.cfg.Network.MaxHold
+		h.servers.holdRequestsTo(func(args []string) time.Duration {
+			// Called under the proxy's lock: rng is drawn one request at a
+			// time. A waiter's poll held past its read timeout lands after
+			// its later requests: its retry, its win, its claim (H10).
+			if x, d := rng.Float64(), rng.Float64(); queuedAttempt(args) && x < h.cfg.QueuedHoldRate {
+				h.fault(FaultQueuedHeld, "")
+				return minHold + time.Duration(d*float64(maxHold-minHold))
+			}
+			return 0
 		})
 	}
 	h.every(h.cfg.PubSubKillEvery, "pubsub-kills", func(*rand.Rand) {
@@ -63,11 +78,13 @@ func (h *harness) every(mean time.Duration, stream string, inject func(*rand.Ran
 // queuedAttempt recognises a queued attempt on the wire: the library's
 // queued.lua (EVAL or EVALSHA) names the lock key and its queue, and
 // passes our value, the safety net, the queue entry "<Locker id>:<token>"
-// and the token. The release and leave scripts name the queue too, but
-// pass other arguments.
+// and the token, then the waiter's arrival (from the queue's scores on;
+// before, four arguments, and the harness, matching only those, stopped
+// losing queued replies unnoticed). The release and leave scripts name
+// the queue too, but pass other arguments.
 func queuedAttempt(args []string) bool {
 	name := strings.ToLower(args[0])
-	if (name != "evalsha" && name != "eval") || len(args) != 9 || args[2] != "2" {
+	if (name != "evalsha" && name != "eval") || (len(args) != 9 && len(args) != 10) || args[2] != "2" {
 		return false
 	}
 	argv := args[5:]

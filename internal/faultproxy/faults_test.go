@@ -66,13 +66,17 @@ func TestAHeldRequestLandsAfterTheClientsLaterOne(t *testing.T) {
 	t.Cleanup(func() { _ = client.Close() })
 	require.NoError(t, client.Ping(ctx).Err(), "connected (and named) before the faults start")
 
-	require.NoError(t, p.SetFaults(Faults{Seed: 1, HoldRate: 1, MinHold: 300 * time.Millisecond, MaxHold: 300 * time.Millisecond}))
+	p.HoldRequestsTo(func(args []string) time.Duration {
+		if len(args) == 3 && args[2] == "first" {
+			return 300 * time.Millisecond
+		}
+		return 0
+	})
 	err := client.Set(ctx, "k", "first", 0).Err()
 	var netErr interface{ Timeout() bool }
 	require.ErrorAs(t, err, &netErr, "the client gives up on the held request")
 	assert.True(t, netErr.Timeout())
 
-	require.NoError(t, p.SetFaults(Faults{}))
 	require.NoError(t, client.Set(ctx, "k", "second", 0).Err(), "the client goes on, on a new connection")
 	v, err := server.Get("k")
 	require.NoError(t, err)
@@ -89,5 +93,10 @@ func TestAHeldRequestLandsAfterTheClientsLaterOne(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	assert.Equal(t, Stats{Held: 1, Overtaken: 1}, p.Stats())
+
+	p.HoldRequestsTo(nil)
+	require.NoError(t, p.SetFaults(Faults{Seed: 1, HoldRate: 1, MinHold: 300 * time.Millisecond, MaxHold: 300 * time.Millisecond}))
+	require.Error(t, client.Set(ctx, "k", "third", 0).Err(), "at random too: every request is held")
+	assert.Equal(t, 2, p.Stats().Held)
 	assert.Error(t, p.SetFaults(Faults{HoldRate: 0.1, MinHold: time.Second, MaxHold: time.Millisecond}), "an empty range is refused")
 }

@@ -38,6 +38,7 @@ type Proxy struct {
 	seen   map[string]int // requests forwarded, by lower-case command name
 	lose   func(command string, nth int) bool
 	loseTo func(args []string) bool
+	holdTo func(args []string) time.Duration
 	faults Faults
 	stats  Stats
 	nconn  uint64                // connections accepted so far, numbering each one's fault draws
@@ -106,6 +107,18 @@ func (p *Proxy) LoseRepliesTo(rule func(args []string) bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.loseTo = rule
+}
+
+// HoldRequestsTo sets a rule that holds requests back: when it returns a
+// positive duration for a request (every argument, the command name
+// first), the request is kept in the proxy that long and then forwarded,
+// as with Faults.HoldRate, and counted in Stats.Held. It is called with
+// the proxy's lock held, one request at a time, like LoseRepliesTo. A nil
+// rule holds nothing.
+func (p *Proxy) HoldRequestsTo(rule func(args []string) time.Duration) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.holdTo = rule
 }
 
 // Count returns how many requests of a command the proxy has forwarded.
@@ -249,6 +262,11 @@ func (p *Proxy) forwardRequests(c *conn) {
 			p.stats.Lost++
 		}
 		f := p.faults.draw(c.rng)
+		if p.holdTo != nil {
+			if d := p.holdTo(args); d > 0 {
+				f.hold = d
+			}
+		}
 		lose = lose || f.lose
 		p.stats.add(f)
 		p.mu.Unlock()
