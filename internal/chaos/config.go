@@ -120,7 +120,7 @@ func DefaultConfig(mode string) Config {
 		// allows for a read timeout grows with it.
 		c.ReadTimeout = c.TTL * 3 / 2
 		c.CrashRate = 0 // as in autorefresh: a goroutine cannot stop its renewals short of Release
-		c.LongHoldRate = 0.05
+		c.LongHoldRate = 0.02
 		c.PartitionEvery = 200 * time.Millisecond
 	case ModeFormats:
 		// UnixSeconds leases last up to two seconds: more keys keep the run
