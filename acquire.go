@@ -135,9 +135,10 @@ func (l *Locker) judge(key string, claimed claimOutcome, now time.Time) (refusal
 	if err != nil {
 		return refusal{}, fmt.Errorf("setnxlock: key %q: %w", key, err)
 	}
-	// H4: a foreign lease is over only a skew margin after the end it
-	// states, so a clock that runs ahead by less cannot end it early.
-	takeable := holderExpiry.Add(l.cfg.skewMargin)
+	// H4: a foreign lease is over only a skew margin, and our clock's
+	// uncertainty, after the end it states, so a clock that runs ahead by
+	// less cannot end it early.
+	takeable := l.takeableAt(holderExpiry)
 	if expired(takeable, now) {
 		return refusal{}, nil
 	}
@@ -191,19 +192,22 @@ func (l *Locker) recognise(key, current string, attempt stamp, now time.Time) (s
 
 // grant hands out the lock we just won, unless its lease already ended
 // while we waited for Redis's reply (a stall like H8's): a Lock that is over
-// before the caller sees it would only invite work outside the lease.
+// before the caller sees it would only invite work outside the lease. The
+// lease ends, for us, when we believe it does (H4: ourLeaseEnd).
 func (l *Locker) grant(key string, won stamp, fencingToken int64, kind EventKind) (*Lock, error) {
-	if expired(won.expiry, l.cfg.clock.Now()) {
+	now := l.cfg.clock.Now()
+	ends := l.ourLeaseEnd(won.expiry, now)
+	if expired(ends, now) {
 		return nil, fmt.Errorf("%w: %q: our lease ended before the reply arrived", ErrNotAcquired, key)
 	}
 	lock := &Lock{
 		locker: l, key: key, token: tokenOf(won.value), value: won.value, fencingToken: fencingToken,
-		op: make(chan struct{}, 1), lease: newLease(won.start, won.expiry),
+		op: make(chan struct{}, 1), lease: newLease(won.start, ends),
 	}
 	if !l.cfg.format.tokens() {
 		lock.token = ""
 	}
-	l.observe(Event{Kind: kind, Key: key, ExpiresAt: won.expiry, FencingToken: fencingToken})
+	l.observe(Event{Kind: kind, Key: key, ExpiresAt: ends, FencingToken: fencingToken})
 	if l.cfg.autoRefresh {
 		lock.startKeeper()
 	}

@@ -28,10 +28,12 @@ type ManualClock struct {
 	waiters []manualWaiter
 }
 
-// manualWaiter is a channel that After fills once the clock reaches at.
+// manualWaiter is a channel that After fills once the clock reaches at,
+// unless abandon is closed first.
 type manualWaiter struct {
-	at time.Time
-	ch chan time.Time
+	at      time.Time
+	ch      chan time.Time
+	abandon <-chan struct{}
 }
 
 // NewManualClock returns a ManualClock that reads t until Set or Advance.
@@ -71,48 +73,73 @@ func (c *ManualClock) Advance(d time.Duration) {
 func (c *ManualClock) After(d time.Duration) <-chan time.Time {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.afterLocked(c.now.Add(d))
+	return c.afterLocked(c.now.Add(d), nil)
 }
 
 // waitUntil returns a channel filled once the clock reaches instant, which
 // unlike After cannot drift when the clock moves between reading Now and
-// asking to wait.
-func (c *ManualClock) waitUntil(instant time.Time) <-chan time.Time {
+// asking to wait. The wait is forgotten, unfilled, once abandon is closed.
+func (c *ManualClock) waitUntil(instant time.Time, abandon <-chan struct{}) <-chan time.Time {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.afterLocked(instant)
+	return c.afterLocked(instant, abandon)
 }
 
-func (c *ManualClock) afterLocked(instant time.Time) <-chan time.Time {
+func (c *ManualClock) afterLocked(instant time.Time, abandon <-chan struct{}) <-chan time.Time {
 	ch := make(chan time.Time, 1)
-	c.waiters = append(c.waiters, manualWaiter{at: instant, ch: ch})
+	c.waiters = append(c.waiters, manualWaiter{at: instant, ch: ch, abandon: abandon})
 	c.wake()
 	return ch
 }
 
-// wake fills and forgets the waiters due at the current time. c.mu is held.
+// wake fills and forgets the waiters due at the current time, and forgets
+// the abandoned ones. c.mu is held.
 func (c *ManualClock) wake() {
 	pending := c.waiters[:0]
 	for _, w := range c.waiters {
-		if w.at.After(c.now) {
+		switch {
+		case isClosed(w.abandon):
+		case w.at.After(c.now):
 			pending = append(pending, w)
-		} else {
+		default:
 			w.ch <- c.now
 		}
 	}
+	clear(c.waiters[len(pending):])
 	c.waiters = pending
 }
 
-// instantClock is a Clock that can wake a goroutine at an instant of its
-// own time; ManualClock is one. Other clocks run at the speed of real time.
+// instantClock is a Clock that wakes a goroutine at an instant of its own
+// time however it moves: ManualClock, and ServerClock, which re-arms its
+// waits whenever a measurement moves it. Waits on any other clock re-read
+// it every clockRecheck (clockwait.go).
 type instantClock interface {
-	waitUntil(instant time.Time) <-chan time.Time
+	waitUntil(instant time.Time, abandon <-chan struct{}) <-chan time.Time
 }
 
-// at fills the returned channel once the clock reaches instant.
-func at(c Clock, instant time.Time) <-chan time.Time {
+// at fills the returned channel once the clock reaches instant, by that
+// clock, however it moves meanwhile. A caller that stops waiting closes
+// abandon (or ends what it is), so that the wait is dropped; an abandoned
+// wait keeps no goroutine, and nothing at all past its instant.
+func at(c Clock, instant time.Time, abandon <-chan struct{}) <-chan time.Time {
 	if w, ok := c.(instantClock); ok {
-		return w.waitUntil(instant)
+		return w.waitUntil(instant, abandon)
 	}
-	return time.After(instant.Sub(c.Now()))
+	return polledWaits.add(c, instant, abandon)
+}
+
+// uncertainClock is a Clock that knows how far it may be from the time it
+// follows: ServerClock. Uncertainty bounds that error at the moment it is
+// called.
+type uncertainClock interface {
+	Uncertainty() time.Duration
+}
+
+// uncertaintyOf is how far c may be from the time it follows: its
+// Uncertainty when it reports one, else zero.
+func uncertaintyOf(c Clock) time.Duration {
+	if u, ok := c.(uncertainClock); ok {
+		return u.Uncertainty()
+	}
+	return 0
 }

@@ -58,6 +58,6 @@ func TestManualClockAfterFiresOnlyWhenTheClockGetsThere(t *testing.T) {
 	c.Advance(time.Millisecond)
 	assert.Equal(t, start.Add(time.Second), await.Recv(t, fired, "After(1s) firing once the clock got there"))
 	assert.Equal(t, start.Add(time.Second), await.Recv(t, c.After(0), "a wait of zero firing at once"))
-	at := c.waitUntil(start) // an instant already passed
+	at := c.waitUntil(start, nil) // an instant already passed
 	assert.Equal(t, start.Add(time.Second), await.Recv(t, at, "a wait for a passed instant firing at once"))
 }

@@ -22,7 +22,8 @@ import (
 //     aborts the announcement with it.
 //   - One owner per value: a value written for a wait carries its entry's
 //     token; only that wait claims it, by a watched SET that also takes the
-//     entry off the queue.
+//     entry off the queue, and only to move its lease forward (H10,
+//     queue.go).
 //   - Heard means claimed: a handed value states an end claimWindow after
 //     the release and expires on the server then; the waiter claims it with
 //     a lease of its own clock's. A handoff nobody heard (PUBLISH counted no
@@ -73,23 +74,17 @@ func (p commandPath) queuedClaim(ctx context.Context, key string, ours stamp, en
 		return claimOutcome{}, fmt.Errorf("setnxlock: GET %q: %w", key, err)
 	case !found:
 		return claimOutcome{}, nil // released between SET NX and GET: look again
+	case entry.carries(current) && !entry.claimable(current, ours):
+		return claimOutcome{current: current, found: true, ahead: true}, nil // H10: nothing to move forward
 	case entry.carries(current):
 		// Handed to us, or written by an attempt of ours whose reply was
-		// lost: claim it with a lease of our own clock (H4, H6), never the
-		// very value found, so that a release handing on a handoff it
-		// thinks unheard (handOnOwned) cannot take our lease for its own
-		// provisional value.
-		var restamped *stamp
-		if ours.value == current {
-			shorter := ours.expiry.Add(-time.Millisecond)
-			ours = stamp{value: formatValue(shorter, entry.token), expiry: shorter, start: ours.start}
-			restamped = &ours
-		}
+		// lost: claim it with a lease of our own clock (H4, H6), under the
+		// watch only while it is still claimable (H10, queue.go).
 		claimed, err := l.claimHanded(ctx, key, ours, entry)
 		if err != nil || !claimed {
 			return claimOutcome{}, err // !claimed: it changed under us, look again
 		}
-		return claimOutcome{created: true, dequeued: true, restamped: restamped}, nil
+		return claimOutcome{created: true, dequeued: true}, nil
 	}
 	held := claimOutcome{current: current, found: true}
 	if err := l.enqueue(ctx, entry, ours, place, last, ttl); err != nil {
@@ -143,20 +138,19 @@ func (l *Locker) enqueue(ctx context.Context, entry *queueEntry, ours stamp, pla
 	return nil
 }
 
-// claimHanded writes our lease over a value that carries entry's token,
-// and takes the entry off the queue, in one watched transaction. SET then
-// PEXPIRE, not SET PX: classic servers take it too.
+// claimHanded writes our lease over a value that carries entry's token and
+// states an earlier end than ours (claimable, H10), and takes the entry off
+// the queue, in one watched transaction. SET then PEXPIRE, not SET PX:
+// classic servers take it too.
 func (l *Locker) claimHanded(ctx context.Context, key string, ours stamp, entry *queueEntry) (bool, error) {
 	net := l.safetyNet(ours.length())
-	return l.compareAndWrite(ctx, key, entry.carries, func(pipe redis.Pipeliner) {
+	claimable := func(current string) bool { return entry.claimable(current, ours) }
+	return l.compareAndWrite(ctx, key, claimable, func(pipe redis.Pipeliner) {
 		pipe.Set(ctx, key, ours.value, 0)
 		pipe.PExpire(ctx, key, net)
 		pipe.ZRem(ctx, waitersKey(key), entry.member)
 	})
 }
-
-// carries reports whether a value was written for this wait.
-func (e *queueEntry) carries(value string) bool { return tokenOf(value) == e.token }
 
 // headOf is a queue's first entry, as read in a release's transaction.
 type headOf struct {
@@ -173,10 +167,10 @@ type headOf struct {
 // handoff nobody heard is handed on while the key still holds exactly the
 // provisional value written for it: the waiter may be alive all the same
 // (its subscription between two connections) and have claimed the key at
-// its next poll, with a lease that carries the same token (queuedClaim
-// makes sure its value differs). It reports whether the key was ours; once
-// it was, what goes wrong handing on costs the claim window, and is not
-// the caller's failure.
+// its next poll, with a lease that carries the same token: a claim never
+// writes the value it found, on either transport (queue.go). It reports
+// whether the key was ours; once it was, what goes wrong handing on costs
+// the claim window, and is not the caller's failure.
 func (l *Locker) handOnOwned(ctx context.Context, key string, owned func(string) bool, barge time.Duration) (bool, error) {
 	if err := l.checkTransactions(ctx); err != nil {
 		return false, err

@@ -91,6 +91,42 @@ func TestAnUnheardHandoffIsNotHandedOnAfterTheWaiterClaimedIt(t *testing.T) {
 	}
 }
 
+// X1 (issue 23): F1 again, across the transports. A command-path releaser
+// hands the key to a scripted waiter with P = (now+claimWindow):<token>,
+// and nobody hears it. The waiter's poll claims the key with a lease of
+// its TTL by its clock: with a TTL of claimWindow and the clocks together,
+// that lease is the very value P. The releaser's hand-on of its unheard
+// handoff recognises P by exact equality and takes the waiter's live lease.
+// A claim never writes the value it found, on either transport (queue.go).
+func TestAScriptedClaimNeverWritesTheProvisionalValueItFound(t *testing.T) {
+	onEachBackend(t, func(t *testing.T, b *backend) {
+		releaserClient := b.client(t)
+		u := &unheardHandoff{gate: &gate{arrived: make(chan struct{}), open: make(chan struct{})}}
+		t.Cleanup(u.gate.pass)
+		releaserClient.AddHook(u)
+		holder, err := b.lockerOn(t, releaserClient, queueingPaths[1].opt).TryAcquire(ctx, "lock.k")
+		require.NoError(t, err)
+		waiter := acquireInBackground(t, b.locker(t, scripted, WithTTL(claimWindow)), "lock.k")
+		b.queued(t, "lock.k", 1)
+
+		u.armed.Store(true)
+		released := make(chan error, 1)
+		go func() { released <- holder.Release(ctx) }()
+		u.gate.wait(t) // the handoff is written, and nobody heard it
+		provisional := b.value(t, "lock.k")
+		lock := await.Recv(t, waiter, "the waiter's Acquire, by its poll")
+		require.NotNil(t, lock)
+		require.Equal(t, formatValue(lock.ExpiresAt(), lock.token), provisional, "the schedule: the waiter's own lease states P's end")
+		require.Equal(t, lock.value, b.value(t, "lock.k"), "the waiter holds the key with the value it claimed")
+
+		u.gate.pass()
+		require.NoError(t, await.Recv(t, released, "the release"))
+		assert.Equal(t, lock.value, b.value(t, "lock.k"), "the releaser's hand-on must not take the waiter's live lease")
+		_, err = b.locker(t, scripted).TryAcquire(ctx, "lock.k")
+		assert.ErrorIs(t, err, ErrNotAcquired, "a second holder while the waiter holds")
+	})
+}
+
 // failZRemOnce makes a client's next ZREM sent alone, once armed, fail
 // unsent, as on a connection that broke (or a context that ended) between
 // a queued attempt's win and the removal of its entry.

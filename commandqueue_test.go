@@ -2,6 +2,7 @@ package setnxlock
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
@@ -41,18 +42,19 @@ func TestAHandoffNobodyHeardIsHandedOnToTheNextWaiter(t *testing.T) {
 // loseTheFirstWin makes the first SET NX or SETNX that wins the key for a
 // context tagged with workerMark report its reply lost (H5).
 func loseTheFirstWin(c *redis.Client) {
-	var lost bool
+	var lost atomic.Bool // the hook runs on every goroutine of the client, its subscription's dial included
 	c.AddHook(stallHook{before: func(context.Context) {}, after: func(ctx context.Context, cmd redis.Cmder) error {
-		if lost || ctx.Value(workerMark{}) == nil {
+		if lost.Load() || ctx.Value(workerMark{}) == nil {
 			return nil
 		}
+		won := false
 		switch cmd := cmd.(type) {
 		case *redis.StatusCmd:
-			lost = cmd.Name() == "set" && cmd.Val() == "OK"
+			won = cmd.Name() == "set" && cmd.Val() == "OK"
 		case *redis.IntCmd:
-			lost = cmd.Name() == "setnx" && cmd.Val() == 1
+			won = cmd.Name() == "setnx" && cmd.Val() == 1
 		}
-		if lost {
+		if won && lost.CompareAndSwap(false, true) {
 			return errLostReply{}
 		}
 		return nil

@@ -40,12 +40,15 @@
 //   - wake-ups (wakeup.go): a release is announced on the key's channel;
 //   - polling with backoff (retry.go), capped at the holder's lease.
 //
-// The Lock (lock.go) owns its values; its lease (lease.go) says when it
+// The Lock (lock.go) owns its values and talks to Redis in its turn
+// (turn.go), never past its lease's end; its lease (lease.go) says when it
 // ends, and is renewed, watched and reported by lifecycle.go and
 // refresh.go. What the server and user allow is capabilities.go, read from
 // replies by their error code (replies.go). Keys and channel names:
 // keys.go. Values: value.go (reading), format.go (writing). Also: clock.go,
-// serverclock.go, fencing.go, observer.go, options.go, errors.go; status.go
+// serverclock.go, clockwait.go (timers that follow their clock), belief.go
+// (a lease's end as we believe it), fencing.go, observer.go, options.go,
+// errors.go; status.go
 // reads a key from the outside (Status) and breaks it (ForceRelease);
 // replicas.go makes lease writes wait for replicas (WithReplicas).
 //
@@ -63,12 +66,14 @@
 //	H1  DEL-then-SETNX lets two clients in: expired locks are taken only by the watched GETSET (deadlock.go)
 //	H2  the GETSET loser overwrites the winner: its GETSET never runs (deadlock.go)
 //	H3  release or refresh after our lease ended: compare-and-delete/-set on our value (lock.go, refresh.go, lua/owned.lua)
-//	H4  clocks disagree: one Clock per Locker, ServerClock, WithSkewMargin (clock.go, serverclock.go, acquire.go)
+//	H4  clocks disagree: one Clock per Locker, ServerClock, WithSkewMargin, its Uncertainty (clock.go, serverclock.go, belief.go, acquire.go)
 //	H5  a reply is lost after the write applied: our writes are recognised (pending.go, queue.go, lua/release.lua)
 //	H6  keys left forever: a relative PEXPIRE a grace past every lease (acquire.go, commands.go)
 //	H7  the key holds no lock value: ErrNotLockValue, the key untouched (value.go)
 //	H8  the holder stalls past its lease: Done, Err, Context, fencing tokens (lifecycle.go, fencing.go)
 //	H9  a restart without persistence, or a failover, loses the key: WithReplicas waits for replicas (replicas.go); the rest is documented (README)
+//	H10 a request arrives late, after later writes: every unconditional write only moves a lease forward (queue.go, lua/queued.lua)
+//	H11 the holder is cut off from Redis: the loss is signalled at the lease's end, whatever is in flight (turn.go, lifecycle.go, lease.go)
 //
 // Safety rests on clocks: every process locking the same key must agree on
 // the time to within the skew margin, because an expired lease is judged by

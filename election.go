@@ -276,12 +276,10 @@ func (l *Locker) replicateLeadership(ctx context.Context, lead *Leadership, reco
 		return nil
 	}
 	k := lead.lock
-	if err := k.lockOp(ctx, "publish"); err != nil {
-		return err
-	}
-	defer k.unlockOp()
-	ends := k.ExpiresAt()
-	return l.replicate(ctx, ourWrite{k.key, k.value}, ends.Sub(k.lease.began()), ends, ourWrite{LeaderKey(lead.name), record})
+	return k.inTurn(ctx, "publish", func() error {
+		ends := k.ExpiresAt()
+		return l.replicate(ctx, ourWrite{k.key, k.value}, ends.Sub(k.lease.began()), ends, ourWrite{LeaderKey(lead.name), record})
+	}, k.lostWith("publish"))
 }
 
 // unpublish deletes the election's record if it carries token, and

@@ -99,7 +99,9 @@ func (l *Locker) deliverUntilChange(ctx context.Context, f *follower, out chan<-
 	if f.latest.Term != 0 && f.latest.ExpiresAt.After(l.cfg.clock.Now()) {
 		// Not once the end has passed: a read that failed then would
 		// make it fire at once, a spin; the poll covers that case.
-		leaseEnds = at(l.cfg.clock, f.latest.ExpiresAt)
+		abandon := make(chan struct{})
+		defer close(abandon)
+		leaseEnds = at(l.cfg.clock, f.latest.ExpiresAt, abandon)
 	}
 	for {
 		var send chan<- Leader

@@ -292,8 +292,8 @@ func ExampleNewServerClock() {
 	locker, _ := setnxlock.New(client, setnxlock.WithClock(clock), setnxlock.WithSkewMargin(50*time.Millisecond))
 
 	lock, _ := locker.TryAcquire(ctx, "lock.k")
-	fmt.Println(lock.Release(ctx), clock.Uncertainty() < time.Second)
-	// Output: <nil> true
+	fmt.Println(lock.Release(ctx), clock.Uncertainty() < time.Second, clock.Steps())
+	// Output: <nil> true 0
 }
 
 func ExampleWithStarvationThreshold() {

@@ -42,24 +42,48 @@ func (s *lease) began() time.Time {
 }
 
 // move records a lease that began at start and ends at end, and wakes the
-// keeper, which may be sleeping until the old end.
-func (s *lease) move(start, end time.Time) {
+// keeper, which may be sleeping until the old end. It reports false, and
+// changes nothing, once the Lock's life has ended: a renewal whose reply
+// comes after the lease ran out cannot bring the lock back (H11).
+func (s *lease) move(start, end time.Time) bool {
 	s.mu.Lock()
+	if s.over() {
+		s.mu.Unlock()
+		return false
+	}
 	s.renewedAt, s.expiresAt = start, end
 	s.mu.Unlock()
 	select {
 	case s.moved <- struct{}{}:
 	default: // a nudge is already pending
 	}
+	return true
 }
 
 // end ends the Lock's life with err (nil for a release), and reports
 // whether this call ended it: only the first does.
 func (s *lease) end(err error) (ended bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.endLocked(err)
+}
+
+// runOut ends the Lock's life as lost if its lease has ended by now, and
+// reports whether it did; err describes the loss given the lease's end.
+// Checking the end and ending the life are one step, so a renewal that
+// moves the end (move) is either seen here or refused there, never both.
+func (s *lease) runOut(now time.Time, err func(ends time.Time) error) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.over() || !expired(s.expiresAt, now) {
+		return false
+	}
+	return s.endLocked(err(s.expiresAt))
+}
+
+func (s *lease) endLocked(err error) (ended bool) {
 	s.ended.Do(func() {
-		s.mu.Lock()
 		s.err = err
-		s.mu.Unlock()
 		close(s.done)
 		ended = true
 	})

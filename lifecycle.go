@@ -75,13 +75,18 @@ func (k *Lock) Context(parent context.Context) context.Context {
 func (k *Lock) finish(state lockState, err error) error {
 	k.state.store(state)
 	if k.lease.end(err) {
-		e := Event{Kind: EventReleased, Key: k.key, ExpiresAt: k.ExpiresAt(), FencingToken: k.fencingToken, Err: err}
-		if err != nil {
-			e.Kind = EventLost
-		}
-		k.locker.observe(e)
+		k.announceEnd(err)
 	}
 	return err
+}
+
+// announceEnd tells the observer how the lock's life ended.
+func (k *Lock) announceEnd(err error) {
+	e := Event{Kind: EventReleased, Key: k.key, ExpiresAt: k.ExpiresAt(), FencingToken: k.fencingToken, Err: err}
+	if err != nil {
+		e.Kind = EventLost
+	}
+	k.locker.observe(e)
 }
 
 // startKeeper starts, once, the keeper: the goroutine that renews the
@@ -145,7 +150,7 @@ func (k *Lock) keep() {
 			return
 		case <-k.lease.moved:
 			continue
-		case <-at(l.cfg.clock, wakeAt):
+		case <-at(l.cfg.clock, wakeAt, k.lease.done):
 		}
 		if k.endIfRunOut() {
 			return
@@ -160,21 +165,20 @@ func (k *Lock) keep() {
 	}
 }
 
-// endIfRunOut ends the lock as lost if its lease is over. It takes the op
-// slot, so it never declares a loss while a Refresh is in flight that may
-// yet move the lease.
+// endIfRunOut ends the lock as lost if its lease is over by the Locker's
+// clock, and reports whether the lock's life has ended. It never waits for
+// a round trip in flight (H11): a renewal that has not been confirmed by
+// the lease's end comes too late, and one confirmed in time has moved the
+// end already (lease.runOut and lease.move are one step each).
 func (k *Lock) endIfRunOut() bool {
-	_ = k.lockOp(context.Background(), "watch")
-	defer k.unlockOp()
-	if k.lease.over() {
-		return true
+	ranOut := k.lease.runOut(k.locker.cfg.clock.Now(), func(ends time.Time) error {
+		return fmt.Errorf("%w: the lease on %q ran out at %s", ErrNotHeld, k.key, ends.UTC().Format(time.RFC3339Nano))
+	})
+	if ranOut {
+		k.state.store(lost)
+		k.announceEnd(k.Err())
 	}
-	ends := k.ExpiresAt()
-	if !expired(ends, k.locker.cfg.clock.Now()) {
-		return false
-	}
-	k.finish(lost, fmt.Errorf("%w: the lease on %q ran out at %s", ErrNotHeld, k.key, ends.UTC().Format(time.RFC3339Nano)))
-	return true
+	return k.lease.over()
 }
 
 func earliest(a, b time.Time) time.Time {
@@ -185,7 +189,9 @@ func earliest(a, b time.Time) time.Time {
 }
 
 // renew refreshes the lease by the Locker's TTL, giving the round trip no
-// longer than the lease has left. A refusal ends the lock inside Refresh.
+// longer than the lease has left (a client with ContextTimeoutEnabled ends
+// it then; Refresh returns at the lease's end on any client). A refusal
+// ends the lock inside Refresh.
 func (k *Lock) renew() error {
 	remaining := k.ExpiresAt().Sub(k.locker.cfg.clock.Now())
 	ctx, cancel := context.WithTimeout(context.Background(), remaining)

@@ -30,14 +30,7 @@ func noLockGoroutineLeft(t *testing.T) {
 }
 
 // closed reports whether ch is closed, without waiting.
-func closed(ch <-chan struct{}) bool {
-	select {
-	case <-ch:
-		return true
-	default:
-		return false
-	}
-}
+func closed(ch <-chan struct{}) bool { return isClosed(ch) }
 
 // eventually waits a little real time for the lock's goroutine to act on a
 // clock move.

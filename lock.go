@@ -63,8 +63,9 @@ func (k *Lock) Key() string {
 }
 
 // ExpiresAt returns the end of the lease: after this instant, by the
-// Locker's clock, other clients may take the lock over. A nil Lock returns
-// the zero time.
+// Locker's clock, other clients may take the lock over. With a clock that
+// reports its Uncertainty (ServerClock) it is the end the key states less
+// that uncertainty. A nil Lock returns the zero time.
 func (k *Lock) ExpiresAt() time.Time {
 	if k == nil {
 		return time.Time{}
@@ -78,7 +79,10 @@ func (k *Lock) ExpiresAt() time.Time {
 // is no longer ours; an expired value that is still ours is deleted as a
 // courtesy, but the caller is still told the lease was lost. A Release that
 // failed with a network error may be called again; calling it again after
-// it succeeded returns ErrNotHeld, and so does Release on a nil Lock.
+// it succeeded returns ErrNotHeld, and so does Release on a nil Lock. Like
+// Refresh, Release of a held lock returns at the lease's end at the latest
+// (H11): if Redis has not answered by then, with the loss (ErrNotHeld),
+// as Err reports it; the round trip goes on in the background.
 func (k *Lock) Release(ctx context.Context) error {
 	if k == nil {
 		return errNilLock
@@ -89,31 +93,32 @@ func (k *Lock) Release(ctx context.Context) error {
 	return err
 }
 
+// release is Release's round trip, in the Lock's turn and bounded by its
+// lease (inTurn): Redis's answer if it comes by the lease's end, else the
+// loss then, as Done and Err report it.
 func (k *Lock) release(ctx context.Context) error {
-	if err := k.lockOp(ctx, "release"); err != nil {
-		return err
-	}
-	defer k.unlockOp()
-	if err := k.callable(ctx, "release"); err != nil {
-		return err
-	}
-	expiresAt := k.ExpiresAt()
-	live := !expired(expiresAt, k.locker.cfg.clock.Now())
-	deleted, err := k.locker.deleteIfOwned(ctx, k)
-	if err != nil {
-		k.state.store(inDoubt)
-		k.releaseInDoubt = true
-		return fmt.Errorf("setnxlock: release %q: %w", k.key, err)
-	}
-	switch {
-	case !live:
-		return k.finish(released, fmt.Errorf("%w: the lease on %q expired at %s", ErrNotHeld, k.key, expiresAt.UTC().Format(time.RFC3339Nano)))
-	case !deleted && !k.releaseInDoubt:
-		return k.finish(released, fmt.Errorf("%w: %q no longer holds our value", ErrNotHeld, k.key))
-	}
-	// Deleted now, or by the earlier attempt whose reply was lost: while our
-	// lease is live nobody else can have removed our value.
-	return k.finish(released, nil)
+	return k.inTurn(ctx, "release", func() error {
+		if err := k.callable(ctx, "release"); err != nil {
+			return err
+		}
+		expiresAt := k.ExpiresAt()
+		live := !expired(expiresAt, k.locker.cfg.clock.Now())
+		deleted, err := k.locker.deleteIfOwned(ctx, k)
+		if err != nil {
+			k.state.store(inDoubt)
+			k.releaseInDoubt = true
+			return fmt.Errorf("setnxlock: release %q: %w", k.key, err)
+		}
+		switch {
+		case !live:
+			return k.finish(released, fmt.Errorf("%w: the lease on %q expired at %s", ErrNotHeld, k.key, expiresAt.UTC().Format(time.RFC3339Nano)))
+		case !deleted && !k.releaseInDoubt:
+			return k.finish(released, fmt.Errorf("%w: %q no longer holds our value", ErrNotHeld, k.key))
+		}
+		// Deleted now, or by the earlier attempt whose reply was lost: while
+		// our lease is live nobody else can have removed our value.
+		return k.finish(released, nil)
+	}, k.lostWith("release"))
 }
 
 // deleteIfOwned deletes the lock's key if it still holds our value (H3),
@@ -125,18 +130,6 @@ func (l *Locker) deleteIfOwned(ctx context.Context, k *Lock) (deleted bool, err 
 	})
 	return deleted, err
 }
-
-// lockOp waits for the lock's turn to talk to Redis, or for ctx to end.
-func (k *Lock) lockOp(ctx context.Context, verb string) error {
-	select {
-	case k.op <- struct{}{}:
-		return nil
-	case <-ctx.Done():
-		return fmt.Errorf("setnxlock: %s %q: %w", verb, k.key, ctx.Err())
-	}
-}
-
-func (k *Lock) unlockOp() { <-k.op }
 
 // callable refuses, before any round trip, a call on a released lock or with
 // a context that has already ended. The caller holds the op slot.

@@ -157,7 +157,9 @@ func WithFencing() Option {
 // safety argument then tolerates clocks of different processes disagreeing
 // by up to margin: a client whose clock runs ahead by less than that still
 // waits for the holder's lease to end by the holder's own clock (H4). Our
-// own lease is unaffected: it ends when it says.
+// own lease is unaffected: it ends when it says (less our clock's
+// Uncertainty, with a ServerClock). A ServerClock's Uncertainty is added to
+// the margin.
 func WithSkewMargin(margin time.Duration) Option {
 	return func(c *config) error {
 		c.skewMargin = margin

@@ -1,6 +1,9 @@
 package setnxlock
 
-import "context"
+import (
+	"context"
+	"fmt"
+)
 
 // A path is one way of sending an attempt's first step, a release, and a
 // queued wait's leave: the scripts, one round trip each (scriptPath,
@@ -33,7 +36,8 @@ type claimOutcome struct {
 	found        bool
 	dequeued     bool   // a queued attempt's win took its entry off the queue with it
 	unqueued     bool   // a queued attempt could not queue on this key: its wait stops queueing
-	restamped    *stamp // the lease the claim wrote instead of the attempt's, when it had to differ from the value found
+	ahead        bool   // a queued attempt found a value of its wait stating an end no earlier than its own: nothing written (H10)
+	restamped    *stamp // the lease the claim wrote instead of the attempt's, one stating an end past the value found (restamp)
 }
 
 // onPath runs op on the scripted path while scripts are allowed, else on
@@ -51,11 +55,26 @@ func (l *Locker) onPath(op func(p path) error) error {
 	return op(commandPath{l})
 }
 
-// claimKey is an attempt's first step, on the Locker's path.
+// claimKey is an attempt's first step, on the Locker's path. A queued
+// claim that finds a value of its wait stating an end no earlier than its
+// own writes nothing (H10) and claims again at once, with a value stating
+// a millisecond past that end (restamp); found so twice, the key keeps
+// moving, and the attempt looks again.
 func (l *Locker) claimKey(ctx context.Context, key string, ours stamp, entry *queueEntry) (c claimOutcome, err error) {
-	err = l.onPath(func(p path) error {
-		c, err = p.claim(ctx, key, ours, entry)
-		return err
-	})
-	return c, err
+	var restamped *stamp
+	for range 2 {
+		err = l.onPath(func(p path) error {
+			c, err = p.claim(ctx, key, ours, entry)
+			return err
+		})
+		if err != nil || !c.ahead {
+			c.restamped = restamped
+			return c, err
+		}
+		if ours, err = entry.restamp(c.current, ours); err != nil {
+			return claimOutcome{}, fmt.Errorf("setnxlock: key %q: %w", key, err) // H7: the key is left untouched
+		}
+		restamped = &ours
+	}
+	return claimOutcome{}, nil
 }

@@ -23,6 +23,21 @@ import (
 // that fails on the network is remembered by the Locker's subscription,
 // which declines the key for that entry if a release hands it over later
 // (handoff.go). An entry nobody removes lives until the queue's own expiry.
+//
+// A late request never rolls a lease back (H10). Every later value of a
+// queued win carries the entry's token too (its claim, Refresh, renewals),
+// so a claim, which rewrites a value carrying that token without a watch
+// (queued.lua), only moves the lease forward: it writes only over a value
+// stating an earlier end than its own (claimable), and otherwise writes
+// nothing and reports the value found. A copy of an earlier attempt held up
+// in the network, or resent by go-redis, carries an older stamp, and finds
+// nothing it may rewrite. The attempt that reads such a reply claims again
+// at once with a value stating one millisecond past the found end
+// (restamp). So a claim never writes the very value it found: that value
+// may be the provisional one of a handoff nobody heard, and its releaser
+// hands that on while the key holds it exactly (commandqueue.go). Both
+// transports apply this one rule, the command transport inside its
+// watched claim.
 
 // leaveTimeout bounds the round trip that takes a waiter off the queue
 // after its context ended.
@@ -47,7 +62,51 @@ const (
 	queuedWon     = 1
 	queuedForeign = 2
 	queuedRefused = 3
+	queuedAhead   = 4
 )
+
+// suffix is how every value written for this wait ends: the entry's token
+// after the separator. The scripts recognise the wait's values by it.
+func (e *queueEntry) suffix() string { return string(tokenSeparator) + e.token }
+
+// carries reports whether a value was written for this wait.
+func (e *queueEntry) carries(value string) bool { return tokenOf(value) == e.token }
+
+// claimable reports whether a claim with ours may rewrite current, the
+// value found at the entry's key: only a value written for this wait that
+// states an earlier end than ours does (H10: a claim only moves the lease
+// forward), so a claim never writes the value it found.
+func (e *queueEntry) claimable(current string, ours stamp) bool {
+	if !e.carries(current) {
+		return false
+	}
+	found, err := parseExpiry(current)
+	return err == nil && found.Before(statedEnd(ours))
+}
+
+// restamp is the value a queued attempt claims with after its claim found
+// current, a value written for its wait that states an end no earlier than
+// ours (claimable): one stating a millisecond past current's end, so that
+// the claim moves the lease forward and differs from the value found (see
+// the top of this file). The holder still believes its own lease, ours's
+// expiry by its own clock, which that value outlasts.
+func (e *queueEntry) restamp(current string, ours stamp) (stamp, error) {
+	found, err := parseExpiry(current)
+	if err != nil {
+		return stamp{}, err
+	}
+	return stamp{value: formatValue(found.Add(time.Millisecond), e.token), expiry: ours.expiry, start: ours.start}, nil
+}
+
+// statedEnd is the end our own value states: its expiry, or past it for a
+// restamped claim.
+func statedEnd(ours stamp) time.Time {
+	end, err := parseExpiry(ours.value)
+	if err != nil {
+		return ours.expiry // not reached: our values always parse
+	}
+	return end
+}
 
 // queuedClaim is a queued attempt's first step: queued.lua, the SETNX,
 // or the claim of a key that carries the entry's token, or a place in the
@@ -56,7 +115,8 @@ func (p scriptPath) queuedClaim(ctx context.Context, key string, ours stamp, ent
 	l := p.l
 	keys := []string{key, waitersKey(key)}
 	now := l.cfg.clock.Now().UnixMicro() // our arrival, if we are new to the queue
-	reply, err := queuedScript.Run(ctx, l.client, keys, ours.value, l.safetyNet(ours.length()).Milliseconds(), entry.member, entry.token, now).Slice()
+	reply, err := queuedScript.Run(ctx, l.client, keys, ours.value, l.safetyNet(ours.length()).Milliseconds(), entry.member, entry.suffix(), now,
+		statedEnd(ours).UnixMilli()).Slice()
 	if err != nil {
 		return claimOutcome{}, err
 	}
@@ -73,6 +133,9 @@ func (p scriptPath) queuedClaim(ctx context.Context, key string, ours stamp, ent
 	case outcome == queuedHeld && len(reply) == 2:
 		current, _ := reply[1].(string)
 		return claimOutcome{current: current, found: true}, nil
+	case outcome == queuedAhead && len(reply) == 2:
+		current, _ := reply[1].(string)
+		return claimOutcome{current: current, found: true, ahead: true}, nil // nothing written (H10)
 	case outcome == queuedForeign:
 		return claimOutcome{}, ErrNotLockValue
 	}

@@ -15,6 +15,14 @@ import (
 // network error the lease may or may not have moved: ExpiresAt keeps the
 // earlier of the old and the new end, the safe one to believe, and Refresh
 // may be called again. Refresh on a nil Lock returns ErrNotHeld.
+//
+// Refresh never outlasts the lease (H11): if the lease ends by the
+// Locker's clock before Redis confirms the renewal, the lock is lost at
+// that instant and Refresh returns an error matching ErrNotHeld, whatever
+// the client's timeouts; a confirmation that arrives later cannot bring
+// the lock back, and the renewed value is deleted while it is still ours.
+// Within the lease, ctx bounds the round trip only on a go-redis client
+// with ContextTimeoutEnabled; others end it at their ReadTimeout.
 func (k *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 	if k == nil {
 		return errNilLock
@@ -22,10 +30,11 @@ func (k *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 	if ttl < time.Millisecond {
 		return fmt.Errorf("%w: TTL %v is below 1ms", ErrInvalidArgument, ttl)
 	}
-	if err := k.lockOp(ctx, "refresh"); err != nil {
-		return err
-	}
-	defer k.unlockOp()
+	return k.inTurn(ctx, "refresh", func() error { return k.refresh(ctx, ttl) }, k.lostWith("refresh"))
+}
+
+// refresh is Refresh's round trip, run in the Lock's turn (inTurn).
+func (k *Lock) refresh(ctx context.Context, ttl time.Duration) error {
 	if err := k.callable(ctx, "refresh"); err != nil {
 		return err
 	}
@@ -53,8 +62,8 @@ func (k *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 		if k.token == "" {
 			k.maybe = append(k.maybe, renewed.value)
 		}
-		if renewed.expiry.Before(k.ExpiresAt()) {
-			k.lease.move(k.lease.began(), renewed.expiry)
+		if ends := l.ourLeaseEnd(renewed.expiry, now); ends.Before(k.ExpiresAt()) {
+			k.lease.move(k.lease.began(), ends)
 		}
 		return fmt.Errorf("setnxlock: refresh %q: %w", k.key, err)
 	}
@@ -62,7 +71,22 @@ func (k *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 		return k.finish(lost, fmt.Errorf("%w: %q no longer holds our value", ErrNotHeld, k.key))
 	}
 	k.value, k.maybe = renewed.value, nil
-	k.lease.move(now, renewed.expiry)
-	l.observe(Event{Kind: EventRefreshed, Key: k.key, ExpiresAt: renewed.expiry, FencingToken: k.fencingToken})
+	if !k.lease.move(now, l.ourLeaseEnd(renewed.expiry, now)) {
+		// H11: the lease ran out before this renewal was confirmed, and the
+		// lock was declared lost then. The key holds a lease nobody will
+		// use: free it while it is still ours, so nobody waits it out.
+		k.discard(ctx)
+		return k.Err()
+	}
+	l.observe(Event{Kind: EventRefreshed, Key: k.key, ExpiresAt: k.ExpiresAt(), FencingToken: k.fencingToken})
 	return nil
+}
+
+// discard deletes our value of a lock that is over, if the key still holds
+// it, and wakes the waiters; bounded whatever ctx says. The caller holds
+// the Lock's turn.
+func (k *Lock) discard(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), undoTimeout)
+	defer cancel()
+	_, _ = k.locker.deleteOwned(ctx, k.key, k.owns)
 }

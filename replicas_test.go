@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/setnxlock/setnxlock/internal/await"
 	"github.com/setnxlock/setnxlock/internal/redistest"
 )
 
@@ -249,7 +250,8 @@ func TestWithReplicasCountsOnlyTheServerThatHoldsOurWrite(t *testing.T) {
 // A renewal acknowledged only after the old lease ended (here the clock
 // jumps while WAIT waits) is not believed: a promoted replica without it
 // would have let a contender in at the old end. WAIT itself never waits
-// past that end.
+// past that end, and the lock is lost at that end (H11): Refresh says so
+// whether WAIT's reply or the lease's end comes first.
 func TestWithReplicasBelievesNoRenewalAcknowledgedAfterTheLeaseEnded(t *testing.T) {
 	r := startReplicated(t)
 	l := r.locker(t)
@@ -265,9 +267,11 @@ func TestWithReplicasBelievesNoRenewalAcknowledgedAfterTheLeaseEnded(t *testing.
 	})
 	l.client.(*redis.Client).AddHook(argsOf{name: "wait", args: &waitArgs})
 	err = lock.Refresh(ctx, 10*time.Second)
-	assert.ErrorIs(t, err, ErrNotReplicated)
-	assert.ErrorContains(t, err, "acknowledged only after the lease ended")
+	assert.ErrorIs(t, err, ErrNotHeld)
+	assert.ErrorIs(t, lock.Err(), ErrNotHeld, "lost at the old lease's end")
 	assert.Equal(t, ends, lock.ExpiresAt(), "the renewal is not believed")
+	require.NoError(t, lock.lockOp(await.Context(t), "test"), "the renewal's round trip, which goes on past the lease's end, returning")
+	lock.unlockOp()
 	require.Len(t, waitArgs, 3)
 	assert.Equal(t, int64(30), waitArgs[2], "WAIT waits no longer than the lease has left")
 }

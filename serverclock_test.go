@@ -2,6 +2,7 @@ package setnxlock
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -9,6 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/setnxlock/setnxlock/internal/await"
 	"github.com/setnxlock/setnxlock/internal/redistest"
 )
 
@@ -104,4 +106,112 @@ func TestSkewMarginDelaysTakeoverByExactlyTheMargin(t *testing.T) {
 		_, err = New(b.client(t), WithSkewMargin(-time.Millisecond))
 		require.ErrorIs(t, err, ErrInvalidArgument)
 	})
+}
+
+// slowTime makes the TIME replies client receives arrive latency late once
+// slow is set: the server reads its clock at once, the reply is held up on
+// the way back, as on a congested link.
+func slowTime(client *redis.Client, latency time.Duration) (slow *atomic.Bool) {
+	slow = new(atomic.Bool)
+	hookCommand(client, "time", func(send func() error) error {
+		err := send()
+		if slow.Load() {
+			time.Sleep(latency) // the fault: the reply is late
+		}
+		return err
+	})
+	return slow
+}
+
+// L2 (issue 28): one measurement whose TIME replies are all slow used to
+// replace a good offset with one up to half its round trip behind. A
+// ServerClock intersects each measurement with what it already knew, so
+// it stays as close to the server as its best measurement put it, and
+// Uncertainty still bounds its error. The server here shares the test's
+// clock, so the true offset is zero.
+func TestAServerClockDoesNotFallBehindAfterASlowRemeasure(t *testing.T) {
+	onEachBackend(t, func(t *testing.T, b *backend) {
+		client := b.client(t)
+		slow := slowTime(client, 300*time.Millisecond)
+		clock, err := NewServerClock(ctx, client, time.Hour)
+		require.NoError(t, err)
+		defer clock.Close()
+		require.Less(t, clock.Uncertainty(), 50*time.Millisecond, "a fast first measurement")
+
+		slow.Store(true)
+		require.NoError(t, clock.measure(ctx))
+		assert.Less(t, clock.Uncertainty(), 50*time.Millisecond, "the slow measurement widened what was known")
+		assert.InDelta(t, 0, clock.Offset(), float64(50*time.Millisecond), "the slow measurement moved the clock")
+		assert.InDelta(t, 0, clock.Offset(), float64(clock.Uncertainty()), "Uncertainty does not bound the offset's error")
+		assert.Zero(t, clock.Steps(), "a slow measurement is no step of the server's clock")
+	})
+}
+
+// Uncertainty bounds the error of a clock measured only through slow
+// replies, and grows as the measurement ages.
+func TestServerClockUncertaintyBoundsASlowMeasurementAndGrowsWithAge(t *testing.T) {
+	onEachBackend(t, func(t *testing.T, b *backend) {
+		client := b.client(t)
+		slowTime(client, 300*time.Millisecond).Store(true)
+		clock, err := NewServerClock(ctx, client, time.Hour)
+		require.NoError(t, err)
+		defer clock.Close()
+		assert.InDelta(t, 0, clock.Offset(), float64(clock.Uncertainty()), "Uncertainty does not bound the offset's error")
+		measured := clock.Uncertainty()
+		clock.mu.Lock()
+		k := &clock.known // as if measured an hour earlier
+		k.localAt, k.earliest, k.latest = k.localAt.Add(-time.Hour), k.earliest.Add(-time.Hour), k.latest.Add(-time.Hour)
+		clock.mu.Unlock()
+		assert.GreaterOrEqual(t, clock.Uncertainty(), measured+360*time.Millisecond, "an hour at 100 ppm adds 360ms")
+	})
+}
+
+// H4 with ServerClocks (issue 28): the holder believes less, the reader
+// waits more. A holder whose ServerClock was measured only through slow
+// replies, or re-measured through them, runs behind the server by up to
+// half their round trip; a reader on an accurate ServerClock with the
+// README's LAN margin of 20ms must still not take the key while the holder
+// believes it holds it.
+func TestLockersOnServerClocksNeverOverlap(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		slowAtFirst bool // the first measurement is slow too: nothing good to keep
+	}{
+		{name: "slow re-measure", slowAtFirst: false},
+		{name: "slow first measurement", slowAtFirst: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			onEachBackend(t, func(t *testing.T, b *backend) {
+				clockClient := b.client(t)
+				slow := slowTime(clockClient, 300*time.Millisecond)
+				slow.Store(tc.slowAtFirst)
+				holderClock, err := NewServerClock(ctx, clockClient, time.Hour)
+				require.NoError(t, err)
+				defer holderClock.Close()
+				slow.Store(true)
+				require.NoError(t, holderClock.measure(ctx))
+
+				readerClock, err := NewServerClock(ctx, b.client(t), time.Hour)
+				require.NoError(t, err)
+				defer readerClock.Close()
+
+				ttl := 500 * time.Millisecond
+				holder, err := New(b.client(t), WithClock(holderClock), WithTTL(ttl))
+				require.NoError(t, err)
+				defer holder.Close()
+				reader, err := New(b.client(t), WithClock(readerClock), WithTTL(ttl), WithSkewMargin(20*time.Millisecond))
+				require.NoError(t, err)
+				defer reader.Close()
+
+				held, err := holder.TryAcquire(ctx, "lock.k")
+				require.NoError(t, err)
+				taken, err := reader.Acquire(await.Context(t), "lock.k")
+				require.NoError(t, err)
+				believed := held.ExpiresAt().Sub(holderClock.Now())
+				assert.LessOrEqual(t, believed, time.Duration(0),
+					"the reader took the key while the holder believed %v of its lease", believed)
+				require.NoError(t, taken.Release(ctx))
+			})
+		})
+	}
 }

@@ -66,7 +66,7 @@ func (l *Locker) Status(ctx context.Context, key string) (KeyStatus, error) {
 		return KeyStatus{}, fmt.Errorf("setnxlock: status of %q: %w", key, err)
 	case found:
 		status.Exists, status.Value = true, value
-		status.describe(l.cfg.clock.Now(), l.cfg.skewMargin)
+		status.describe(l.cfg.clock.Now(), l.takeableAt)
 	}
 	n, err := waiters.Result()
 	if err != nil && !isWrongType(err) { // a foreign key where the queue would be: nobody queues there
@@ -77,8 +77,8 @@ func (l *Locker) Status(ctx context.Context, key string) (KeyStatus, error) {
 }
 
 // describe fills in what s.Value states, judged at now with the reader's
-// skew margin, as an acquisition would judge it (acquire.go).
-func (s *KeyStatus) describe(now time.Time, skewMargin time.Duration) {
+// skew margin and clock, as an acquisition would judge it (acquire.go).
+func (s *KeyStatus) describe(now time.Time, takeableAt func(heldUntil time.Time) time.Time) {
 	expiry, err := parseExpiry(s.Value)
 	if err != nil {
 		s.Foreign = true
@@ -86,7 +86,7 @@ func (s *KeyStatus) describe(now time.Time, skewMargin time.Duration) {
 	}
 	until, _ := heldUntil(s.Value) // parses whenever parseExpiry does
 	s.ExpiresAt = expiry
-	s.Held = !expired(until.Add(skewMargin), now)
+	s.Held = !expired(takeableAt(until), now)
 	s.Format = formatOf(s.Value)
 }
 

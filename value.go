@@ -27,6 +27,9 @@ const (
 	maxExpiryMillis = 1e14
 )
 
+// tokenSeparator ends a value's expiry where an owner token follows.
+const tokenSeparator = ':'
+
 // newToken returns a fresh owner token of at least 128 random bits.
 func newToken() string { return rand.Text() }
 
@@ -34,7 +37,7 @@ func newToken() string { return rand.Text() }
 func formatValue(expiry time.Time, token string) string {
 	var buf [64]byte // on the stack for our tokens: the string is the one allocation
 	b := strconv.AppendInt(buf[:0], expiry.UnixMilli(), 10)
-	b = append(b, ':')
+	b = append(b, tokenSeparator)
 	b = append(b, token...)
 	return string(b)
 }
@@ -43,7 +46,7 @@ func formatValue(expiry time.Time, token string) string {
 // the value carries none. Every value we write for one lease carries that
 // lease's token, and only our own conditional writes do.
 func tokenOf(value string) string {
-	_, token, _ := strings.Cut(value, ":")
+	_, token, _ := strings.Cut(value, string(tokenSeparator))
 	return token
 }
 

@@ -6,14 +6,17 @@
 -- ARGV[1]  our value: our lease by our own clock, carrying our entry's token
 -- ARGV[2]  the safety net in ms: our lease plus the grace (H6)
 -- ARGV[3]  our entry, "<Locker id>:<token>"
--- ARGV[4]  our entry's token
+-- ARGV[4]  the suffix of every value written for our entry: its token
+--          after the separator (a value is "<end in Unix ms><suffix>")
 -- ARGV[5]  our clock in Unix µs: our arrival, if we are new to the queue
+-- ARGV[6]  the end our value states, in Unix ms
 --
 -- Returns {1, ''}         the key is ours, holding our value and its safety
 --                         net, and our entry is off the queue: SETNX
 --                         created the key, or the key carried our token
---                         and we claimed it (a release handed it to us, or
---                         an attempt of ours whose reply was lost wrote it)
+--                         with an earlier end and we claimed it (a release
+--                         handed it to us, or an attempt of ours whose
+--                         reply was lost wrote it)
 --         {1, error}      the same, but taking the entry off failed
 --         {0, value}      the key holds someone else's lease; our entry is
 --                         in the queue, in the place it took when first
@@ -21,6 +24,9 @@
 --         {2}             the key is not a string (H7); it is left untouched
 --         {3, value, error} as 0, but the queue failed (refused by ACL, or
 --                         not a sorted set): not queued
+--         {4, value}      the key carries our token and states an end no
+--                         earlier than ours: nothing is written (H10), our
+--                         entry stays where it is
 local function dequeue()
   local removed = redis.pcall('zrem', KEYS[2], ARGV[3])
   if type(removed) == 'table' then return {1, removed.err} end
@@ -32,7 +38,15 @@ if redis.call('setnx', KEYS[1], ARGV[1]) == 1 then
 end
 local current = redis.pcall('get', KEYS[1])
 if type(current) ~= 'string' then return {2} end
-if string.sub(current, -#ARGV[4] - 1) == ':' .. ARGV[4] then
+local suffix = ARGV[4]
+if #current > #suffix and string.sub(current, -#suffix) == suffix then
+  -- H10: every later value of our wait carries our token too (the claim,
+  -- a Refresh, renewals), and this write is not watched, so a copy of an
+  -- earlier attempt that arrives late must not roll the lease back. A
+  -- claim only moves the lease forward: it writes only over an earlier
+  -- end, and so never writes the value it found (queue.go).
+  local found = tonumber(string.sub(current, 1, -#suffix - 1))
+  if found == nil or found >= tonumber(ARGV[6]) then return {4, current} end
   -- Claiming rewrites the lease by our clock, so the releaser's clock
   -- never decides how long we hold, and the safety net is counted from
   -- now (H4, H6).

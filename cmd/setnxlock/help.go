@@ -6,11 +6,11 @@ package main
 const mainHelp = `setnxlock: Redis locks for scripts and cron, across machines
 
 Usage:
-  setnxlock run [flags] KEY -- COMMAND [ARG...]   run COMMAND while holding the lock KEY
+  setnxlock run [flags] KEY [--] COMMAND [ARG...] run COMMAND while holding the lock KEY
   setnxlock run [flags] KEY -c 'shell command'    the same, with /bin/sh -c
   setnxlock status [--json] KEY                   what KEY holds: exit 0 held, 3 free, 4 not a lock
   setnxlock release --force KEY                   delete KEY whoever holds it: exit 0, or 3 if nothing
-  setnxlock version
+  setnxlock version                               (also -V)
 
 Every command takes --url URL (env SETNXLOCK_URL). 'setnxlock run --help' has
 the flags of run and its exit statuses.
@@ -25,23 +25,38 @@ Examples:
 `
 
 const runHelp = `Usage:
-  setnxlock run [flags] KEY -- COMMAND [ARG...]
-  setnxlock run [flags] KEY -c 'shell command'
+  setnxlock run [flags] KEY [flags] [--] COMMAND [ARG...]
+  setnxlock run [flags] KEY [flags] -c 'shell command'
+  setnxlock run [flags] -- -KEY [--] COMMAND [ARG...]   a KEY that begins with '-'
 
 Takes the lock KEY (waiting for it unless -n or -w says otherwise), runs
 COMMAND in a process group of its own while renewing the lease every TTL/3,
-then releases the lock. Flags may come before or after KEY; everything after
--- is the command. The command's environment gets SETNXLOCK_KEY,
-SETNXLOCK_EXPIRES_AT (RFC 3339, the lease's end at start) and, with
---fencing, SETNXLOCK_FENCING_TOKEN.
+then releases the lock once no process of that group runs. Flags may come
+before or after KEY; the first argument after KEY that is not a flag begins
+COMMAND, and everything from there on is the command's. The command's
+environment gets SETNXLOCK_KEY, SETNXLOCK_EXPIRES_AT (RFC 3339, the lease's
+end at start) and, with --fencing, SETNXLOCK_FENCING_TOKEN.
 
 SIGINT, SIGTERM, SIGHUP and SIGQUIT are forwarded to the command's process
-group; while still waiting they end the wait, leaving nothing in Redis. If
-the lease is lost (the key overwritten or deleted, Redis unreachable past
-the lease's end), the command's process group gets SIGTERM, then SIGKILL
-after --kill-grace; --max-runtime does the same when it runs out. If
-setnxlock itself is killed, the command gets SIGKILL (Linux) and the lock
-ends with its lease.
+group; while still waiting they end the wait, leaving nothing in Redis. A
+SIGHUP or SIGINT ignored when setnxlock started (nohup, trap '' HUP, a
+script's background job) stays ignored, for the command too.
+
+The command's process group is gone by the end of the lease by this
+machine's clock: if no renewal has been confirmed by then, it gets SIGTERM
+early enough for the SIGKILL after --kill-grace to land before the lease
+ends (the grace is cut to TTL/3 minus a margin for that), and run exits 75.
+A loss Redis reports (the key overwritten or deleted) and --max-runtime
+also send SIGTERM, then SIGKILL after --kill-grace. When COMMAND exits,
+the lock stays held (renewed) until the processes it left in its group
+exit, as flock(1)'s does while they keep its descriptor; --kill-descendants
+kills them instead. A process that leaves the group (setsid, setpgid) is
+neither waited for nor killed. If setnxlock itself is killed, the command
+gets SIGKILL (Linux) and the lock ends with its lease.
+
+From flock(1): -n, -w, -E, -c, -x (the only mode) and -V carry over;
+-s (shared; a future --permits), -u, -o, -F and the file-descriptor form
+mean nothing for a Redis key and are refused.
 
 Flags:
 %s
@@ -49,7 +64,7 @@ Exit status:
   the command's own      it ran and exited
   128+N                  it died of signal N; or setnxlock got signal N while waiting
   1 (-E N)               -n or -w gave up: the lock is held by someone else
-  75                     the lease was lost while the command ran (it was killed)
+  75                     the lease was lost, or ending unrenewed, while the command ran (it was killed)
   124                    --max-runtime ran out (the command was killed)
   69                     Redis unreachable, or refusing, at the first attempt
   65                     KEY holds something that is not a lock value (left alone)

@@ -9,6 +9,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/setnxlock/setnxlock/internal/await"
+	"github.com/setnxlock/setnxlock/internal/faultproxy"
 )
 
 // A command that ignores SIGTERM, so that only the SIGKILL after the
@@ -91,4 +94,69 @@ func TestAnUnreachableServerExits69(t *testing.T) {
 	s.run(t, "run", "-w", "5", "--url", down, "k", "--", "true").expect(t, exitUnavailable, "run -w")
 	s.run(t, "status", "--url", down, "k").expect(t, exitUnavailable, "status")
 	s.run(t, "release", "--force", "--url", down, "k").expect(t, exitUnavailable, "release --force")
+}
+
+// A holder cut off from Redis (its connections frozen, not closed: only
+// its own clock tells it anything) has its command dead by the end of its
+// lease (H11), while a second run reaching Redis takes the key over after
+// that end. Both commands log to one file with their clock's stamps: the
+// first a heartbeat every 10ms, and the SIGTERM it gets (its trap logs it
+// and goes on: only SIGKILL ends it); the second a line as it starts.
+// Every line of the first comes before the end of its lease as Redis
+// stored it when the partition began, hence before the second's start.
+func TestACutOffHoldersCommandIsDeadBeforeTheNextStarts(t *testing.T) {
+	t.Parallel()
+	s := startServer(t)
+	proxy := faultproxy.Start(t, s.addr)
+	dir := t.TempDir()
+	a := s.start(t, dir, "run", "--url", "redis://"+proxy.Addr()+"/0", "--ttl", "1s", "k", "-c",
+		`trap 'echo "term $(date +%s%N)" >> log' TERM; while :; do echo "a $(date +%s%N)" >> log; sleep 0.01; done`)
+	eventually(t, 10*time.Second, func() bool {
+		log, _ := os.ReadFile(filepath.Join(dir, "log"))
+		return len(log) > 0
+	}, "the first run's command starting")
+	proxy.Freeze()
+	status, err := s.locker(t).Status(await.Context(t), "k")
+	if err != nil || !status.Held {
+		t.Fatalf("the first run's lease as the partition begins: %+v, %v", status, err)
+	}
+	leaseEnd := status.ExpiresAt.UnixNano() // no later than the end the first run believes
+	b := s.start(t, dir, "run", "-w", "15", "--ttl", "1s", "k", "-c", `echo "b $(date +%s%N)" >> log`)
+	if code, _ := b.exit(t, await.Timeout); code != 0 {
+		t.Fatalf("the second run: exit %d; stderr: %s", code, b.errors())
+	}
+	if code, _ := a.exit(t, await.Timeout); code != exitLost {
+		t.Fatalf("the cut-off run: exit %d, want %d; stderr: %s", code, exitLost, a.errors())
+	}
+	log, err := os.ReadFile(filepath.Join(dir, "log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var bStart, aLast, term int64
+	for _, line := range strings.Split(strings.TrimSpace(string(log)), "\n") {
+		who, stamp, _ := strings.Cut(line, " ")
+		ns, err := strconv.ParseInt(stamp, 10, 64)
+		switch {
+		case stamp == "" && who == "a" && bStart == 0:
+			continue // its date was killed by the group's SIGTERM: a heartbeat without a stamp, before the second's start
+		case err != nil:
+			t.Fatalf("log line %q", line)
+		case who == "b":
+			bStart = ns
+		case bStart != 0:
+			t.Fatalf("the cut-off run's command logged %q %v after the second command started: two holders at once\n%s",
+				line, time.Duration(ns-bStart), log)
+		case ns >= leaseEnd:
+			t.Fatalf("the cut-off run's command logged %q %v after its lease ended\n%s", line, time.Duration(ns-leaseEnd), log)
+		case who == "term":
+			term = ns
+		default:
+			aLast = ns
+		}
+	}
+	if bStart == 0 || term == 0 {
+		t.Fatalf("no line from the second command, or no SIGTERM logged by the first:\n%s", log)
+	}
+	t.Logf("the cut-off command got SIGTERM %v and logged last %v before its lease's end, %v before the second command started",
+		time.Duration(leaseEnd-term), time.Duration(leaseEnd-aLast), time.Duration(bStart-aLast))
 }

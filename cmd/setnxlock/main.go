@@ -3,7 +3,7 @@
 // lease is lost. It also reads (status) and breaks (release --force) a
 // lock key. It is built on the setnxlock library's public API alone.
 //
-//	setnxlock run [flags] KEY -- COMMAND [ARG...]
+//	setnxlock run [flags] KEY [--] COMMAND [ARG...]
 //	setnxlock run [flags] KEY -c 'shell command'
 //	setnxlock status [--json] KEY
 //	setnxlock release --force KEY
@@ -42,7 +42,7 @@ func cli(args []string, stdout, stderr io.Writer) int {
 		code, err = statusCommand(args[1:], stdout, stderr)
 	case "release":
 		code, err = releaseCommand(args[1:], stdout, stderr)
-	case "version", "--version":
+	case "version", "--version", "-V":
 		fmt.Fprintln(stdout, "setnxlock", buildVersion())
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, mainHelp)

@@ -28,6 +28,9 @@ import (
 var binary string
 
 func TestMain(m *testing.M) {
+	if os.Getenv(subreaperEnv) != "" {
+		execAsSubreaper() // this process is a wrapper, not the tests
+	}
 	dir, err := os.MkdirTemp("", "setnxlock-cli-test")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -53,8 +56,9 @@ func TestMain(m *testing.M) {
 // server is a redis-server for one test, with a client to arrange and
 // inspect keys behind the CLI's back.
 type server struct {
-	url string
-	raw *redis.Client
+	addr string // host:port
+	url  string
+	raw  *redis.Client
 }
 
 func startServer(t *testing.T) *server {
@@ -62,7 +66,7 @@ func startServer(t *testing.T) *server {
 	s := redistest.Start(t)
 	raw := redis.NewClient(&redis.Options{Addr: s.Addr()})
 	t.Cleanup(func() { _ = raw.Close() })
-	return &server{url: "redis://" + s.Addr() + "/0", raw: raw}
+	return &server{addr: s.Addr(), url: "redis://" + s.Addr() + "/0", raw: raw}
 }
 
 // locker is a library Locker on the test's server, for holding keys the
@@ -126,7 +130,16 @@ func (w lockedWriter) Write(p []byte) (int, error) {
 // working directory.
 func (s *server) start(t *testing.T, dir string, args ...string) *proc {
 	t.Helper()
-	p := &proc{cmd: exec.Command(binary, args...), exited: make(chan struct{})}
+	return s.startVia(t, dir, nil, args...)
+}
+
+// startVia is start with setnxlock exec'd by a wrapper: the wrapper's argv,
+// to which the binary and args are appended ("sh -c 'trap "" HUP; exec
+// "$0" "$@"'" starts it with SIGHUP ignored, which Go's exec cannot do).
+func (s *server) startVia(t *testing.T, dir string, wrapper []string, args ...string) *proc {
+	t.Helper()
+	argv := append(append(append([]string(nil), wrapper...), binary), args...)
+	p := &proc{cmd: exec.Command(argv[0], argv[1:]...), exited: make(chan struct{})}
 	p.cmd.Dir = dir
 	p.cmd.Env = append(os.Environ(), urlEnv+"="+s.url)
 	p.cmd.Stdout = lockedWriter{&p.mu, &p.stdout}

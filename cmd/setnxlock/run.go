@@ -12,10 +12,6 @@ import (
 	"github.com/setnxlock/setnxlock"
 )
 
-// forwarded are the signals run catches: while waiting they end the wait,
-// once the command runs they are sent on to its process group.
-var forwarded = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT}
-
 // runCommand is setnxlock run: take the lock, run the command under it,
 // give the lock up.
 func runCommand(args []string, stdout, stderr io.Writer) (int, error) {
@@ -26,7 +22,7 @@ func runCommand(args []string, stdout, stderr io.Writer) (int, error) {
 	// Caught before anything is sent, so that no signal finds a wait or a
 	// lease without us cleaning up.
 	sigs := make(chan os.Signal, 8)
-	signal.Notify(sigs, forwarded...)
+	catchSignals(sigs)
 	defer signal.Stop(sigs)
 
 	client, err := newClient(opts.url)

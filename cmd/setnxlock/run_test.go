@@ -21,7 +21,9 @@ func TestBadUsageExits64AndWritesNothing(t *testing.T) {
 		{"frobnicate"},
 		{"run"},
 		{"run", "k"},
-		{"run", "k", "extra", "--", "true"},
+		{"run", "k", "-c", "true", "extra"},
+		{"run", "-s", "k", "true"},
+		{"run", "-u", "k"},
 		{"run", "k", "-c", "true", "--", "true"},
 		{"run", "k", "-c", ""},
 		{"run", "", "--", "true"},
@@ -55,7 +57,7 @@ func TestBadUsageExits64AndWritesNothing(t *testing.T) {
 func TestHelpAndVersion(t *testing.T) {
 	t.Parallel()
 	s := startServer(t)
-	for _, args := range [][]string{{"--help"}, {"run", "--help"}, {"status", "-h"}, {"release", "--help"}, {"version"}} {
+	for _, args := range [][]string{{"--help"}, {"run", "--help"}, {"status", "-h"}, {"release", "--help"}, {"version"}, {"-V"}, {"run", "-V"}} {
 		r := s.run(t, args...).expect(t, exitOK, strings.Join(args, " "))
 		if r.stdout == "" {
 			t.Errorf("%q printed nothing", args)

@@ -25,6 +25,9 @@ type runOptions struct {
 	killGrace  time.Duration
 	maxRuntime time.Duration // 0: none
 	verbose    bool
+	// killDescendants kills what the command leaves in its process group
+	// when it exits, instead of holding the lock until those exit.
+	killDescendants bool
 }
 
 // formats maps --format's names to the library's formats.
@@ -35,10 +38,28 @@ var formats = map[string]setnxlock.Format{
 	"float":   setnxlock.FloatSeconds,
 }
 
-// parseRun reads run's arguments. It returns help=true for --help, and a
-// usageError for anything wrong, having touched nothing.
+// notCarriedOver are flock(1)'s flags that mean nothing for a Redis key,
+// refused with the reason: each is a hidden flag, so that the message is
+// this and not "unknown flag".
+var notCarriedOver = []struct{ name, short, why string }{
+	{"shared", "s", "shared locks are not supported yet (a future --permits will allow N holders)"},
+	{"unlock", "u", "there is no descriptor to unlock: the lock is released when the command exits (setnxlock release --force KEY breaks it)"},
+	{"close", "o", "no descriptor is passed to the command: its process group holds the lock until it is empty (--kill-descendants ends that at the command's exit)"},
+	{"no-fork", "F", "run must stay in the parent to renew the lease"},
+}
+
+// parseRun reads run's arguments. It returns help=true for --help and
+// -V, and a usageError for anything wrong, having touched nothing.
+//
+// The forms: run [flags] KEY [flags] [--] COMMAND [ARG...], and -c
+// instead of COMMAND. Flags are read up to KEY, then after KEY up to the
+// first argument that is not a flag, which begins COMMAND: everything
+// from there on is the command's, flags and -- included, as flock(1)
+// reads it. A -- before KEY lets KEY begin with '-' (run -- -key cmd, or
+// run -- -key -- cmd); flags may still follow KEY.
 func parseRun(args []string, stdout io.Writer) (opts runOptions, help bool, err error) {
 	fs := newFlagSet("run")
+	fs.SetInterspersed(false) // stop at KEY, then at COMMAND
 	url := urlFlag(fs)
 	fs.BoolVarP(&opts.nonblock, "nonblock", "n", false, "fail at once if the lock is held (exit with the conflict code)")
 	var wait secondsOrDuration
@@ -50,43 +71,61 @@ func parseRun(args []string, stdout io.Writer) (opts runOptions, help bool, err 
 	format := fs.String("format", "token", "the stored value: token, millis, seconds (kvz/cronlock, the SETNX page) or float")
 	fs.BoolVar(&opts.fencing, "fencing", false, "draw a fencing token, in SETNXLOCK_FENCING_TOKEN")
 	fs.DurationVar(&opts.minHold, "min-hold", 0, "hold the lock at least this long after acquiring it: the lease is left to end then")
-	fs.DurationVar(&opts.killGrace, "kill-grace", 5*time.Second, "after SIGTERM to the command (lease lost, --max-runtime), SIGKILL after this")
+	fs.DurationVar(&opts.killGrace, "kill-grace", 5*time.Second, "between SIGTERM and SIGKILL to the command's process group; at most TTL/3 minus a margin when the lease is about to end")
 	fs.DurationVar(&opts.maxRuntime, "max-runtime", 0, "kill the command after this long (exit 124); default: no limit")
+	fs.BoolVar(&opts.killDescendants, "kill-descendants", false, "when COMMAND exits, kill what it left in its process group (SIGTERM, SIGKILL after --kill-grace); default: hold the lock until they exit")
 	fs.BoolVarP(&opts.verbose, "verbose", "v", false, "say on stderr when it waits, acquires, renews, loses and releases")
-	shell := fs.StringP("command", "c", "", "run this with /bin/sh -c instead of a COMMAND after --")
+	shell := fs.StringP("command", "c", "", "run this with /bin/sh -c instead of a COMMAND")
+	fs.BoolP("exclusive", "x", false, "an exclusive lock: the only kind, accepted as flock(1)'s")
+	version := fs.BoolP("version", "V", false, "print the version and exit")
+	refused := make([]*bool, len(notCarriedOver))
+	for i, f := range notCarriedOver {
+		refused[i] = fs.BoolP(f.name, f.short, false, f.why)
+		_ = fs.MarkHidden(f.name)
+	}
 	fs.BoolVarP(&help, "help", "h", false, "this help")
 	if err := fs.Parse(args); err != nil {
 		return opts, false, usageIn("run", err)
 	}
-	if help {
+	var positional, command []string
+	if positional = fs.Args(); len(positional) > 0 {
+		if err := fs.Parse(positional[1:]); err != nil { // the flags after KEY
+			return opts, false, usageIn("run", err)
+		}
+		positional, command = positional[:1], fs.Args()
+	}
+	switch {
+	case help:
 		fmt.Fprintf(stdout, runHelp, fs.FlagUsages())
 		return opts, true, nil
+	case *version:
+		fmt.Fprintln(stdout, "setnxlock", buildVersion())
+		return opts, true, nil
+	}
+	for i, f := range notCarriedOver {
+		if *refused[i] {
+			return opts, false, usageIn("run", fmt.Errorf("flock's -%s/--%s does not carry over: %s", f.short, f.name, f.why))
+		}
 	}
 	opts.url = *url
 	opts.wait, opts.waitSet = wait.d, wait.set
 
-	positional, command := fs.Args(), []string(nil)
-	if dash := fs.ArgsLenAtDash(); dash >= 0 {
-		positional, command = fs.Args()[:dash], fs.Args()[dash:]
-	}
 	switch {
 	case len(positional) == 0:
-		return opts, false, usageIn("run", errors.New("run needs a KEY"))
-	case len(positional) > 1:
-		return opts, false, usageIn("run", fmt.Errorf("run takes one KEY, then -- COMMAND; got %q (put the command after --)", positional))
+		return opts, false, usageIn("run", errors.New("run needs a KEY (flock's file-descriptor form has no meaning for a Redis key)"))
 	case positional[0] == "":
 		return opts, false, usageIn("run", errors.New("KEY is empty"))
 	}
 	opts.key = positional[0]
 	switch {
-	case fs.Changed("command") && command != nil:
-		return opts, false, usageIn("run", errors.New("give either -c 'shell command' or -- COMMAND, not both"))
+	case fs.Changed("command") && len(command) > 0:
+		return opts, false, usageIn("run", fmt.Errorf("give either -c 'shell command' or COMMAND, not both (got COMMAND %q)", command))
 	case fs.Changed("command") && *shell == "":
 		return opts, false, usageIn("run", errors.New("-c needs a shell command"))
 	case fs.Changed("command"):
 		opts.argv = []string{"/bin/sh", "-c", *shell}
 	case len(command) == 0 || command[0] == "":
-		return opts, false, usageIn("run", errors.New("run needs a command: KEY -- COMMAND [ARG...], or KEY -c 'shell command'"))
+		return opts, false, usageIn("run", errors.New("run needs a command: KEY COMMAND [ARG...], KEY -- COMMAND [ARG...], or KEY -c 'shell command'"))
 	default:
 		opts.argv = command
 	}

@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"os"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -57,4 +59,51 @@ func TestASignalWhileWaitingLeavesNothingBehind(t *testing.T) {
 	if len(keys) != 1 || keys[0] != "k" {
 		t.Errorf("keys left: %v, want only the holder's", keys)
 	}
+}
+
+// A SIGHUP or SIGINT ignored when setnxlock started (nohup, trap ” HUP,
+// a script's background job) stays ignored: it is not forwarded, and the
+// command survives it. The SIGTERM sent after it is forwarded, and the
+// command's trap exits 0: had the ignored signal been forwarded, it would
+// have reached the command first and killed it (128+N), since it has left
+// setnxlock's pending set before the SIGTERM is sent.
+func TestASignalIgnoredAtTheStartStaysIgnored(t *testing.T) {
+	t.Parallel()
+	s := startServer(t)
+	for _, sig := range []syscall.Signal{syscall.SIGHUP, syscall.SIGINT} {
+		wrapper := []string{"sh", "-c", `trap "" ` + signalName(sig) + `; exec "$0" "$@"`} // Go's exec cannot start a process with a signal ignored
+		p := s.startVia(t, t.TempDir(), wrapper, "run", "k", "-c", `trap 'echo survived; exit 0' TERM; echo ready; while :; do sleep 0.05; done`)
+		p.waitOutput(t, "ready")
+		p.signal(t, sig)
+		eventually(t, 10*time.Second, func() bool { return !p.pending(t, sig) }, "%v leaving setnxlock's pending signals", sig)
+		p.signal(t, syscall.SIGTERM)
+		if code, _ := p.exit(t, 10*time.Second); code != 0 || !strings.Contains(p.output(), "survived") {
+			t.Errorf("%v ignored at the start: exit %d, output %q; want the command to survive it and exit 0 by its SIGTERM trap; stderr: %s",
+				sig, code, p.output(), p.errors())
+		}
+	}
+	if v := s.value(t, "k"); v != "<missing>" {
+		t.Fatalf("the lock is left at %q", v)
+	}
+}
+
+// pending reports whether sig is pending for the process as a whole: sent,
+// and not yet taken by one of its threads (ShdPnd in /proc/PID/status).
+func (p *proc) pending(t *testing.T, sig syscall.Signal) bool {
+	t.Helper()
+	status, err := os.ReadFile("/proc/" + strconv.Itoa(p.cmd.Process.Pid) + "/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(status), "\n") {
+		if mask, ok := strings.CutPrefix(line, "ShdPnd:"); ok {
+			bits, err := strconv.ParseUint(strings.TrimSpace(mask), 16, 64)
+			if err != nil {
+				t.Fatalf("ShdPnd %q: %v", mask, err)
+			}
+			return bits&(1<<(sig-1)) != 0
+		}
+	}
+	t.Fatalf("no ShdPnd in /proc/%d/status", p.cmd.Process.Pid)
+	return false
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -23,9 +24,12 @@ const (
 // supervise runs the command while the lease is kept, and returns run's
 // exit status. Invariants: the command runs only while the lock was ours
 // when it started; it is in a process group of its own, which receives the
-// forwarded signals and, once the lease is lost or --max-runtime runs out,
-// SIGTERM then SIGKILL after --kill-grace; the lock is given up, or left to
-// end at the --min-hold instant, only after the command's leader exited.
+// forwarded signals; the group is gone by the end of the lease by our
+// clock (killSchedule), and gets SIGTERM then SIGKILL after --kill-grace
+// once the lease is lost or --max-runtime runs out; the lock is given up,
+// or left to end at the --min-hold instant, only once no process of the
+// group runs: by default setnxlock keeps renewing until the processes the
+// command left behind exit, with --kill-descendants it kills them.
 func supervise(opts runOptions, lock *setnxlock.Lock, sigs <-chan os.Signal, out *reporter) int {
 	acquiredAt := time.Now()
 	keeper := keepLease(lock, opts.ttl, out)
@@ -47,72 +51,125 @@ func supervise(opts runOptions, lock *setnxlock.Lock, sigs <-chan os.Signal, out
 		}
 		return exitCannotExecute
 	}
-	group := cmd.Process.Pid // Setpgid: the group's id is the leader's pid
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
+	exited, reap := waitLeader(cmd)
+	killed := superviseGroup(opts, lock, cmd.Process.Pid, exited, keeper.renewed, sigs, out)
+	code := exitStatus(reap(), cmd)
+	keeper.Stop()
+	out.say("command exited with status %d", code)
+	return finish(opts, lock, acquiredAt, killed, code, out)
+}
 
+// killReason is why the group is being killed; it decides run's status.
+type killReason int
+
+const (
+	notKilled      killReason = iota
+	killLost                  // the lease was lost, or ends with no renewal confirmed: exit 75
+	killMaxRuntime            // --max-runtime ran out: exit 124
+	killLeftovers             // --kill-descendants after the leader's exit: the leader's status
+)
+
+// superviseGroup forwards signals to the group led by leader and kills it when
+// it must, and returns once the leader has exited and no process of its
+// group runs; it says why the group was killed, if it was.
+func superviseGroup(opts runOptions, lock *setnxlock.Lock, group int, exited <-chan struct{}, renewed <-chan struct{},
+	sigs <-chan os.Signal, out *reporter) killReason {
+	schedule := newKillSchedule(opts.ttl, opts.killGrace)
 	var maxRuntime <-chan time.Time
 	if opts.maxRuntime > 0 {
 		timer := time.NewTimer(opts.maxRuntime)
 		defer timer.Stop()
 		maxRuntime = timer.C
 	}
-	var killed int               // exitLost or exitMaxRuntime once the kill sequence started
-	var sigkill <-chan time.Time // the end of --kill-grace, once started
-	startKill := func(why int, format string, args ...any) {
-		if killed != 0 {
+	var (
+		killed      killReason
+		killStarted time.Time // when SIGTERM went to the group
+		sigkilled   bool
+	)
+	// deadline fires at the next instant the schedule acts on: the
+	// SIGTERM of a lease about to end, or the SIGKILL of a kill under way.
+	deadline := time.NewTimer(time.Hour)
+	defer deadline.Stop()
+	arm := func() {
+		switch expires := lock.ExpiresAt(); {
+		case killed == notKilled:
+			deadline.Reset(time.Until(schedule.termAt(expires)))
+		case !sigkilled:
+			deadline.Reset(time.Until(schedule.sigkillAt(killStarted, expires)))
+		default:
+			deadline.Stop()
+		}
+	}
+	probe := groupProbe{group: group}
+	var probeAt <-chan time.Time // once the leader has exited: when to look whether the group has emptied
+	leaderExited := false
+	lookSoon := func() { // the group was just signalled
+		if leaderExited {
+			probe.soon()
+			probeAt = time.After(probe.next())
+		}
+	}
+	startKill := func(why killReason, format string, args ...any) {
+		if killed != notKilled {
 			return
 		}
-		killed = why
-		out.warn(format+": SIGTERM to the command, SIGKILL after %v", append(args, opts.killGrace)...)
-		_ = syscall.Kill(-group, syscall.SIGTERM)
-		sigkill = time.After(opts.killGrace)
+		killed, killStarted = why, time.Now()
+		at := schedule.sigkillAt(killStarted, lock.ExpiresAt())
+		line := fmt.Sprintf(format, args...) + ": SIGTERM to the command's process group, SIGKILL at " + stamp(at)
+		if why == killLeftovers {
+			out.say("%s", line)
+		} else {
+			out.warn("%s", line)
+		}
+		signalGroup(group, syscall.SIGTERM)
+		lookSoon()
+		arm()
 	}
+	arm()
 	lost := lock.Done()
-	var waitErr error
-wait:
 	for {
 		select {
-		case waitErr = <-exited:
-			break wait
+		case <-exited:
+			exited, leaderExited = nil, true
+			if !probe.running() {
+				return killed
+			}
+			probeAt = time.After(probe.next())
+			if opts.killDescendants {
+				startKill(killLeftovers, "the command exited, leaving processes in its group")
+			} else {
+				out.say("the command exited; the lock is held until the rest of its process group exits")
+			}
+		case <-probeAt:
+			if !probe.running() {
+				return killed
+			}
+			probeAt = time.After(probe.next())
 		case s := <-sigs:
-			out.say("forwarding %v to the command", s)
-			_ = syscall.Kill(-group, s.(syscall.Signal))
+			out.say("forwarding %v to the command's process group", s)
+			signalGroup(group, s.(syscall.Signal))
+			lookSoon()
 		case <-lost:
 			lost = nil
-			startKill(exitLost, "lease lost (%v)", lock.Err())
+			startKill(killLost, "lease lost (%v)", lock.Err())
 		case <-maxRuntime:
 			maxRuntime = nil
-			startKill(exitMaxRuntime, "--max-runtime %v ran out", opts.maxRuntime)
-		case <-sigkill:
-			sigkill = nil
-			_ = syscall.Kill(-group, syscall.SIGKILL)
-		}
-	}
-	if killed != 0 {
-		reapGroup(group, sigkill)
-	}
-	code := exitStatus(waitErr, cmd)
-	keeper.Stop()
-	out.say("command exited with status %d", code)
-	return finish(opts, lock, acquiredAt, killed, code, out)
-}
-
-// reapGroup waits, until the kill grace ends, for the rest of the
-// command's process group to leave after its leader, then SIGKILLs what
-// remains: nothing of a killed command outlives its lease.
-func reapGroup(group int, sigkill <-chan time.Time) {
-	for syscall.Kill(-group, 0) == nil {
-		if sigkill == nil { // the grace has ended already
-			_ = syscall.Kill(-group, syscall.SIGKILL)
-			return
-		}
-		timer := time.NewTimer(20 * time.Millisecond)
-		select {
-		case <-sigkill:
-			timer.Stop()
-			sigkill = nil
-		case <-timer.C:
+			startKill(killMaxRuntime, "--max-runtime %v ran out", opts.maxRuntime)
+		case <-renewed:
+			arm() // a confirmed renewal moved the lease's end forward
+		case <-deadline.C:
+			now := time.Now()
+			expires := lock.ExpiresAt()
+			switch {
+			case killed == notKilled && !now.Before(schedule.termAt(expires)):
+				// H11: no renewal confirmed in time, whatever is in flight.
+				startKill(killLost, "no renewal confirmed: the lease ends at %s", stamp(expires))
+			case killed != notKilled && !sigkilled && !now.Before(schedule.sigkillAt(killStarted, expires)):
+				sigkilled = true
+				signalGroup(group, syscall.SIGKILL)
+				lookSoon()
+			}
+			arm()
 		}
 	}
 }
@@ -133,17 +190,17 @@ func exitStatus(waitErr error, cmd *exec.Cmd) int {
 // lease that ends minHold after the acquisition, and settles the status:
 // 75 whenever the lease turns out lost, 124 after --max-runtime, else the
 // command's own.
-func finish(opts runOptions, lock *setnxlock.Lock, acquiredAt time.Time, killed, code int, out *reporter) int {
+func finish(opts runOptions, lock *setnxlock.Lock, acquiredAt time.Time, killed killReason, code int, out *reporter) int {
 	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
 	defer cancel()
-	if killed == exitLost || lock.Err() != nil {
-		if killed != exitLost {
+	if killed == killLost || lock.Err() != nil {
+		if killed != killLost {
 			out.warn("lease lost while the command ran (%v)", lock.Err())
 		}
 		_ = lock.Release(ctx) // deletes our value if still there, as a courtesy
 		return exitLost
 	}
-	if killed == exitMaxRuntime {
+	if killed == killMaxRuntime {
 		code = exitMaxRuntime
 	}
 	if hold := time.Until(acquiredAt.Add(opts.minHold)); hold >= time.Millisecond {

@@ -37,7 +37,12 @@ const urlHelp = `Servers (--url, or SETNXLOCK_URL; default ` + defaultURL + `):
 
 // newClient connects to the server a URL names, without sending anything:
 // go-redis dials on the first command. A URL it cannot read is a usage
-// error.
+// error. Every scheme's client has ContextTimeoutEnabled, which go-redis's
+// URL parsers leave off (and, for redis://, refuse): without it a round
+// trip ignores its context's deadline and waits out the read timeout and
+// the retries, seconds after the lease it was renewing has ended (H11).
+// With it, a renewal ends by its deadline, which the keeper sets within the
+// lease.
 func newClient(raw string) (redis.UniversalClient, error) {
 	scheme, rest, ok := strings.Cut(raw, "://")
 	if !ok {
@@ -50,6 +55,7 @@ func newClient(raw string) (redis.UniversalClient, error) {
 			return nil, fmt.Errorf("--url %q: %w", raw, err)
 		}
 		opts.DialerRetries = quickDial(opts.DialerRetries)
+		opts.ContextTimeoutEnabled = true
 		return redis.NewClient(opts), nil
 	case "redis+sentinel", "rediss+sentinel":
 		opts, err := redis.ParseFailoverURL(strings.TrimSuffix(scheme, "+sentinel") + "://" + rest)
@@ -61,6 +67,7 @@ func newClient(raw string) (redis.UniversalClient, error) {
 		}
 		opts.Username, opts.Password = opts.SentinelUsername, opts.SentinelPassword
 		opts.DialerRetries = quickDial(opts.DialerRetries)
+		opts.ContextTimeoutEnabled = true
 		return redis.NewFailoverClient(opts), nil
 	case "redis+cluster", "rediss+cluster":
 		opts, err := redis.ParseClusterURL(strings.TrimSuffix(scheme, "+cluster") + "://" + rest)
@@ -68,6 +75,7 @@ func newClient(raw string) (redis.UniversalClient, error) {
 			return nil, fmt.Errorf("--url %q: %w", raw, err)
 		}
 		opts.DialerRetries = quickDial(opts.DialerRetries)
+		opts.ContextTimeoutEnabled = true
 		return redis.NewClusterClient(opts), nil
 	}
 	return nil, fmt.Errorf("--url %q: unknown scheme %q (redis, rediss, unix, redis+sentinel, rediss+sentinel, redis+cluster, rediss+cluster)", raw, scheme)

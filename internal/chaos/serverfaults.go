@@ -77,18 +77,18 @@ func (h *harness) every(mean time.Duration, stream string, inject func(*rand.Ran
 
 // queuedAttempt recognises a queued attempt on the wire: the library's
 // queued.lua (EVAL or EVALSHA) names the lock key and its queue, and
-// passes our value, the safety net, the queue entry "<Locker id>:<token>"
-// and the token, then the waiter's arrival (from the queue's scores on;
-// before, four arguments, and the harness, matching only those, stopped
-// losing queued replies unnoticed). The release and leave scripts name
-// the queue too, but pass other arguments.
+// passes our value, the safety net, the queue entry "<Locker id>:<token>",
+// the suffix ":<token>" both end with, our clock and our value's end. The
+// release and leave scripts name the queue too, but pass other arguments.
 func queuedAttempt(args []string) bool {
 	name := strings.ToLower(args[0])
-	if (name != "evalsha" && name != "eval") || (len(args) != 9 && len(args) != 10) || args[2] != "2" {
+	if (name != "evalsha" && name != "eval") || len(args) != 11 || args[2] != "2" {
 		return false
 	}
 	argv := args[5:]
-	return strings.HasSuffix(args[4], ".waiters") && strings.HasSuffix(argv[2], ":"+argv[3]) && strings.HasSuffix(argv[0], ":"+argv[3])
+	suffix := argv[3]
+	return strings.HasSuffix(args[4], ".waiters") && strings.HasPrefix(suffix, ":") &&
+		strings.HasSuffix(argv[2], suffix) && strings.HasSuffix(argv[0], suffix)
 }
 
 // killAWaiter kills a client process one of whose Acquire calls has been
