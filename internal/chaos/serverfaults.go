@@ -4,6 +4,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -15,11 +16,13 @@ import (
 
 // startServerFaults starts the goroutines that inject them.
 func (h *harness) startServerFaults() {
+	// The rules are called under each proxy's lock, one request at a time
+	// per proxy; several proxies (a Cluster's nodes, the partition mode's
+	// clients) share a rule, so its stream is drawn under a lock of its own.
 	if h.cfg.QueuedLoseRate > 0 {
-		rng := streamFor(h.cfg.Seed, "queued-lost")
+		rng := lockedStream(h.cfg.Seed, "queued-lost")
 		h.servers.loseRepliesTo(func(args []string) bool {
-			// Called under the proxy's lock: rng is drawn one request at a time.
-			if queuedAttempt(args) && rng.Float64() < h.cfg.QueuedLoseRate {
+			if queuedAttempt(args) && rng.float64() < h.cfg.QueuedLoseRate {
 				h.fault(FaultQueuedLost, "")
 				return true
 			}
@@ -27,15 +30,14 @@ func (h *harness) startServerFaults() {
 		})
 	}
 	if h.cfg.QueuedHoldRate > 0 && h.cfg.Network.MaxHold > 0 {
-		rng := streamFor(h.cfg.Seed, "queued-held")
+		rng := lockedStream(h.cfg.Seed, "queued-held")
 		minHold, maxHold := h.cfg.Network.MinHold, h.cfg.Network.MaxHold
 		h.servers.holdRequestsTo(func(args []string) time.Duration {
-			// Called under the proxy's lock: rng is drawn one request at a
-			// time. A waiter's poll held past its read timeout lands after
-			// its later requests: its retry, its win, its claim (H10).
-			if x, d := rng.Float64(), rng.Float64(); queuedAttempt(args) && x < h.cfg.QueuedHoldRate {
+			// A waiter's poll held past its read timeout lands after its
+			// later requests: its retry, its win, its claim (H10).
+			if queuedAttempt(args) && rng.float64() < h.cfg.QueuedHoldRate {
 				h.fault(FaultQueuedHeld, "")
-				return minHold + time.Duration(d*float64(maxHold-minHold))
+				return minHold + time.Duration(rng.float64()*float64(maxHold-minHold))
 			}
 			return 0
 		})
@@ -73,6 +75,22 @@ func (h *harness) every(mean time.Duration, stream string, inject func(*rand.Ran
 			inject(rng)
 		}
 	}()
+}
+
+// lockedRand is a seeded stream that several goroutines draw from.
+type lockedRand struct {
+	mu  sync.Mutex
+	rng *rand.Rand
+}
+
+func lockedStream(seed uint64, name string) *lockedRand {
+	return &lockedRand{rng: streamFor(seed, name)}
+}
+
+func (r *lockedRand) float64() float64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.rng.Float64()
 }
 
 // queuedAttempt recognises a queued attempt on the wire: the library's
