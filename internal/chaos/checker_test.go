@@ -169,6 +169,19 @@ func TestACrashedHoldersLeaseMustBeRecoveredInTime(t *testing.T) {
 	assert.Zero(t, r.Safety())
 }
 
+func TestARecoveryCountsFromTheFirstCallAfterTheCrashedLease(t *testing.T) {
+	crashed := acq("a", 1, 0, 1, 200, -1)
+	crashed.Crashed = ms(50)
+	called := acq("b", 2, 400, 420, 620, 430) // nobody wanted the key until 400: recovered in 20ms
+	r := Check(History{Acquisitions: []Acquisition{crashed, called}, End: ms(1000)}, bounds)
+	assert.Empty(t, r.Violations)
+	assert.Equal(t, []time.Duration{20 * time.Millisecond}, r.Recovered)
+
+	gaveUp := Call{Client: "c", Seq: 1, Key: "k", Start: ms(150), End: ms(250)} // wanted it from before the lease's end
+	r = Check(History{Acquisitions: []Acquisition{crashed, called}, Calls: []Call{gaveUp}, End: ms(1000)}, bounds)
+	assert.Equal(t, 1, r.Count(SlowRecovery), r.Violations)
+}
+
 func TestServerDowntimeDoesNotCountAgainstRecovery(t *testing.T) {
 	crashed := acq("a", 1, 0, 1, 200, -1)
 	crashed.Crashed = ms(50)

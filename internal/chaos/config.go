@@ -32,7 +32,7 @@ type Config struct {
 	ReadTimeout            time.Duration // go-redis's read and write timeouts
 	LongHoldRate           float64       // share of critical sections that write until the lease's very end
 
-	Network      faultproxy.Faults // latency, lost replies and cut connections; its Seed is set from Seed
+	Network      faultproxy.Faults // latency, lost replies, cut connections and held-back requests; its Seed is set from Seed
 	KillRate     float64           // per write of a process client: SIGKILL inside the critical section
 	PauseRate    float64           // per write of a process client: SIGSTOP past the lease, then SIGCONT
 	CrashRate    float64           // per write of a goroutine client: abandon the lock, as if crashed
@@ -51,7 +51,16 @@ type Config struct {
 	ScriptFlushEvery  time.Duration // mean time between SCRIPT FLUSH (0: never)
 	RevokeACL         bool          // revoke pub/sub, then scripting, from the clients' ACL user for a tenth of the run each
 	QueuedLoseRate    float64       // per queued attempt (the acquire script with a queue entry): its reply is lost
+	QueuedHoldRate    float64       // per queued attempt: held back past the read timeout (Network.MinHold to MaxHold), then delivered (issue 28's L1)
 	OOMEvery          time.Duration // mean time between 30ms spells of maxmemory 1, when writes that need memory fail with OOM (0: never)
+
+	// PartitionEvery is the mean time from the end of one partition to the
+	// start of the next (0: none): a client holding a lock inside a long
+	// critical section is cut off from Redis, its proxy frozen (nothing
+	// closed) for partitionLength, while every other client reaches
+	// Redis. Only in the partition mode, where each client has a proxy of
+	// its own.
+	PartitionEvery time.Duration
 
 	ClientTags   string    // build tags of the client program (OwnerCheckOffTag breaks the owner check)
 	ClientBinary string    // a client program already built with ClientTags; built into a temporary directory if empty
@@ -99,9 +108,20 @@ func DefaultConfig(mode string) Config {
 		ScriptFlushEvery:  2 * time.Second,
 		RevokeACL:         true,
 		QueuedLoseRate:    0.02,
+		QueuedHoldRate:    0.02,
 		OOMEvery:          2 * time.Second,
 	}
 	switch mode {
+	case ModePartition:
+		// The finding of issue 22 scaled to the harness's lease: go-redis's
+		// default ReadTimeout (3s) against a 2s lease is 1.5 leases, so a
+		// renewal sent into a partition outlives the lease unless the
+		// library bounds it (ContextTimeoutEnabled off). Every bound that
+		// allows for a read timeout grows with it.
+		c.ReadTimeout = c.TTL * 3 / 2
+		c.CrashRate = 0 // as in autorefresh: a goroutine cannot stop its renewals short of Release
+		c.LongHoldRate = 0.02
+		c.PartitionEvery = 200 * time.Millisecond
 	case ModeFormats:
 		// UnixSeconds leases last up to two seconds: more keys keep the run
 		// going while crashed holders' keys wait out their leases.
@@ -114,6 +134,10 @@ func DefaultConfig(mode string) Config {
 		// releasing them: only process kills crash holders here.
 		c.CrashRate = 0
 	}
+	// Held-back requests (H10), past the client's read timeout: the client
+	// has given up and gone on, and the request lands after its later ones.
+	c.Network.HoldRate = 0.001
+	c.Network.MinHold, c.Network.MaxHold = c.ReadTimeout+10*time.Millisecond, 3*c.ReadTimeout
 	return c
 }
 
@@ -140,6 +164,7 @@ var BrokenRuns = []struct{ Mode, Assumption string }{
 	{ModeCluster, BreakSkew}, // a restarted node is refused for seconds: longer than any critical section
 	{ModeMixed, BreakOwnerCheck},
 	{ModeElection, BreakRestartNoPersistence}, // terms start over: the fence catches it too
+	{ModePartition, BreakSkew},
 }
 
 // Breaks lists the assumptions Break knows.
@@ -156,9 +181,12 @@ func (c *Config) Break(kind string) error {
 		c.LongHoldRate = max(c.LongHoldRate, 0.2)
 	case BreakRestartNoPersistence:
 		// Holders keep their locks long enough to be inside a critical
-		// section when the server forgets them.
+		// section when the server forgets them, and a 500-acquisition
+		// broken run sees about five restarts: with one (every 250) the
+		// fencing run once lost nobody's section, and only the fence
+		// caught it.
 		c.Persistence = false
-		c.RestartEvery = max(c.RestartEvery/10, 50)
+		c.RestartEvery = max(c.RestartEvery/25, 50)
 		c.LongHoldRate = max(c.LongHoldRate, 0.3)
 	case BreakOwnerCheck:
 		// Every client must run the broken build, so all are processes; a
@@ -230,7 +258,21 @@ const handoffClaimWindow = 250 * time.Millisecond
 // faults hit, and 80ms for scheduling on a loaded machine. It is shorter
 // than a lease, so a key held for a whole lease by nobody is caught.
 func (c Config) freeWaitBound() time.Duration {
-	return 50*time.Millisecond + c.MaxBackoff + c.Margin + c.Skew + 2*c.ReadTimeout + 80*time.Millisecond
+	return 50*time.Millisecond + c.MaxBackoff + c.Margin + c.Skew + 2*c.ReadTimeout + schedulingSlack
+}
+
+// schedulingSlack is how late a loaded machine may run a goroutine that is
+// due: a waiter's next attempt (freeWaitBound), or a holder's reaction to
+// the loss of its lock (Bounds.LossSlack: the library signals the loss at
+// the lease's end whatever is in flight, H11, and the holder then needs
+// to be scheduled).
+const schedulingSlack = 80 * time.Millisecond
+
+// partitionLength is how long a partition lasts, for a uniform draw u in
+// [0, 1): past the lease and a renewal's read timeout, so that a renewal
+// sent into it outlives the lease unless the library cuts it short.
+func (c Config) partitionLength(u float64) time.Duration {
+	return c.TTL + c.ReadTimeout + time.Duration(u*float64(c.ReadTimeout))
 }
 
 // finalBound is how soon after the faults stop every key must be acquired,
@@ -266,6 +308,10 @@ func (c Config) bounds() Bounds {
 		},
 		HeldPastOf: func(client string) time.Duration {
 			return lockerFor(c.Mode, slotOf(client, c.Goroutines)).heldPast(c.TTL)
+		},
+		LossSlack: schedulingSlack,
+		UntilLost: func(client string) string {
+			return lockerFor(c.Mode, slotOf(client, c.Goroutines)).lossGroup()
 		}}
 }
 

@@ -9,7 +9,9 @@
 //   - history.go: what is recorded (acquisitions, resource operations,
 //     crashes, server downtime).
 //   - checker.go: Check, a pure function from a history to violations and
-//     recovery times.
+//     recovery times; freewait.go, its free waits; loss.go, its check that
+//     a holder relying on its Lock is told of a loss by the lease's end.
+//   - linearize.go: the second checker, Porcupine over the same history.
 //   - resource.go: the protected resource, which rejects stale fencing
 //     tokens, and the recorder behind it; clients reach it over a unix
 //     socket (protocol.go).
@@ -18,7 +20,11 @@
 //   - clock.go: the skewed clock each client gets.
 //   - redis.go, procs.go: redis-server and client processes.
 //   - harness.go: Run, which puts it all together under a seeded schedule
-//     of faults.
+//     of faults; serverfaults.go, the faults injected from outside the
+//     clients; partition.go, one client at a time cut off from Redis.
+//   - modes.go, config.go: the modes (the library's configurations under
+//     test) and the run's parameters; the network faults themselves,
+//     held-back requests among them, are internal/faultproxy's.
 //
 // docs/RELIABILITY.md states the assumptions, what is injected and the
 // figures of a real run.

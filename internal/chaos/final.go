@@ -30,7 +30,7 @@ type Final struct {
 // to drain.
 func finalChecks(cfg Config, servers *backend) Final {
 	f := Final{Bound: cfg.finalBound(), Acquired: map[string]time.Duration{}}
-	wc := WorkerConfig{Redis: servers.clientAddrs(), Cluster: servers.cluster, Password: aclPassword,
+	wc := WorkerConfig{Redis: servers.nodeAddrs(), Cluster: servers.cluster, Password: aclPassword,
 		Locker: lockerFor(cfg.Mode, 0), Loops: 1, ReadTimeout: cfg.ReadTimeout}
 	client := newRedisClient(wc)
 	defer client.Close()

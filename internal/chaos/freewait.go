@@ -142,7 +142,7 @@ func firstInLine(pending startHeap, free, now time.Time, frozen map[string][]Int
 			continue // over: the heap drops such callers only once they reach its top
 		}
 		from := later(free, c.From)
-		for _, f := range frozen[processOf(c.id.Client)] {
+		for _, f := range slices.Concat(frozen[processOf(c.id.Client)], frozen[slotName(c.id.Client)]) {
 			if f.From.Before(now) && f.To.After(from) {
 				from = later(from, f.To)
 			}

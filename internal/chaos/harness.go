@@ -38,6 +38,8 @@ const (
 	FaultACLRevoke   = "acl-revoke"   // pub/sub or scripting revoked from the clients' user for a while
 	FaultOOM         = "oom"          // 30ms with maxmemory 1: writes that need memory fail with OOM
 	FaultQueuedLost  = "queued-lost"  // a queued attempt's reply lost on purpose (also among the proxies' lost replies)
+	FaultQueuedHeld  = "queued-held"  // a queued attempt held back past the read timeout on purpose (also among the proxies' held requests)
+	FaultPartition   = "partition"    // a client inside a critical section cut off from Redis, its proxy frozen for a while
 
 	// The faults a client injects into itself and reports (worker.go).
 	FaultCancel        = "cancel"         // an Acquire's context ended at a random moment
@@ -159,6 +161,7 @@ func (h *harness) run(ctx context.Context) (*Result, error) {
 	h.wg.Add(1)
 	go h.watchStalls()
 	h.startServerFaults()
+	h.startPartitions()
 	for slot := range h.cfg.Goroutines {
 		h.wg.Add(1)
 		go h.goroutineClient(workCtx, slot)
@@ -240,6 +243,7 @@ func (h *harness) shutdown(cancelWork context.CancelFunc) time.Time {
 	end := h.rec.stop()
 	h.servers.setNetworkFaults(faultproxy.Faults{})
 	h.servers.loseRepliesTo(nil)
+	h.servers.holdRequestsTo(nil)
 	cancelWork()
 	h.mu.Lock()
 	close(h.stop)
@@ -284,7 +288,7 @@ func (h *harness) workerConfig(name string, slot int) WorkerConfig {
 	}
 	c := h.cfg
 	return WorkerConfig{
-		Name: name, Redis: h.servers.clientAddrs(), Cluster: h.servers.cluster, Password: aclPassword,
+		Name: name, Redis: h.servers.clientAddrs(slot), Cluster: h.servers.cluster, Password: aclPassword,
 		Resource: h.socket, Keys: c.lockKeys(), Seed: c.Seed, Offset: offsetFor(c.Seed, name, c.Skew),
 		Locker: lockerFor(c.Mode, slot), Loops: c.Loops, TTL: c.TTL, Margin: c.Margin,
 		MinBackoff: c.MinBackoff, MaxBackoff: c.MaxBackoff, ReadTimeout: c.ReadTimeout,

@@ -62,6 +62,14 @@ func TestEveryModeRunsWithoutASafetyViolation(t *testing.T) {
 			assert.Positive(t, res.Faults.Kinds[FaultRestart], "server restarts")
 			assert.Positive(t, res.Faults.Network.Total(), "network faults")
 			assert.Positive(t, res.Report.Sections, "critical sections counted")
+			if mode == ModeDefault {
+				assert.Positive(t, res.Faults.Kinds[FaultQueuedLost], "queued attempts' replies lost")
+				assert.Positive(t, res.Faults.Kinds[FaultQueuedHeld], "queued attempts held back")
+			}
+			if mode == ModePartition {
+				assert.Positive(t, res.Faults.Kinds[FaultPartition], "holders cut off")
+				assert.NotEmpty(t, res.Report.LossGaps, "losses signalled to holders at work")
+			}
 		})
 	}
 }
@@ -100,7 +108,7 @@ func TestWorkerConfigRoundTrips(t *testing.T) {
 		Name: "p1.2", Redis: []string{"127.0.0.1:1"}, Resource: "/tmp/r.sock", Keys: []string{"a", "b"}, Seed: 9,
 		Offset: -3 * time.Millisecond, TTL: time.Second, Margin: 5 * time.Millisecond, Loops: 2,
 		MinBackoff: time.Millisecond, MaxBackoff: 9 * time.Millisecond, ReadTimeout: 50 * time.Millisecond,
-		MaxRetries: -1, LongHoldRate: 0.25, Locker: LockerConfig{Format: 2, NoScripts: true, User: UserPoller},
+		MaxRetries: -1, LongHoldRate: 0.25, Locker: LockerConfig{Format: 2, NoScripts: true, User: UserPoller, UntilLost: true, ContextTimeout: true},
 		CancelRate: 0.1, HandoffCancelRate: 0.2, CloseEvery: time.Second,
 	}
 	parsed, err := ParseWorkerArgs(cfg.Args())

@@ -65,6 +65,13 @@ type Acquisition struct {
 	LastLive time.Time // the last check that found the lease live
 	Overran  bool      // a check after entry found the lease over (H8)
 
+	// Told is when the holder learned from its Lock (Done closed) that
+	// the lock was lost, while it worked in its section; zero if it was
+	// not told before it left. ToldEnd is the end of the lease its Lock
+	// stated then (ExpiresAt), by its clock, as a wall-clock instant.
+	// Recorded by holders that work until told (LockerConfig.UntilLost).
+	Told, ToldEnd time.Time `json:",omitempty"`
+
 	// Released is when the client ended its critical section, just before
 	// it called Release; zero if it never did. ReleaseReturned is when
 	// Release returned, with Outcome: released, not-held or error.
@@ -74,6 +81,10 @@ type Acquisition struct {
 	// goroutine told to abandon its lock) while it held the lock or
 	// released it; zero otherwise.
 	Crashed time.Time
+	// Killed is when the holder's process ended while it was inside its
+	// section by a fault aimed at another of its loops (waiter-kill); the
+	// recovery check does not look at it.
+	Killed time.Time `json:",omitempty"`
 }
 
 // ID names the acquisition in reports.

@@ -26,10 +26,11 @@ const (
 	ModeCluster     = "cluster"     // default Lockers on a 3-master Redis Cluster the harness starts
 	ModeMixed       = "mixed"       // default, in-order handoff, polling and bare-format Lockers on the same keys
 	ModeElection    = "election"    // Campaign and Resign: each key an election's lock, each term a fencing token
+	ModePartition   = "partition"   // WithAutoRefresh holders working until told of a loss, one at a time cut off from Redis (H11)
 )
 
 // Modes lists every mode, in the order `make chaos` runs them.
-var Modes = []string{ModeDefault, ModeNoScripts, ModeClassic, ModeFormats, ModeAutoRefresh, ModeFencing, ModeCluster, ModeMixed, ModeElection}
+var Modes = []string{ModeDefault, ModeNoScripts, ModeClassic, ModeFormats, ModeAutoRefresh, ModeFencing, ModeCluster, ModeMixed, ModeElection, ModePartition}
 
 // LockerConfig is the part of a client's configuration that is a choice of
 // the library's options.
@@ -49,6 +50,15 @@ type LockerConfig struct {
 	// scripting and pub/sub the harness revokes for a while mid-run, or
 	// UserPoller, which may never use pub/sub, so its Lockers poll.
 	User string
+	// UntilLost: the holder works until its Lock tells it of a loss
+	// (Done), as code under Lock.Context does, instead of checking its
+	// lease by its own clock before each write; the checker then asks
+	// whether the loss was signalled by the lease's end (WorkAfterLoss).
+	UntilLost bool
+	// ContextTimeout is go-redis's ContextTimeoutEnabled for the client:
+	// off (go-redis's default), a round trip ends only at the client's
+	// ReadTimeout whatever the context says.
+	ContextTimeout bool
 }
 
 // The ACL users of single-server runs (aclUsers). Cluster runs log in as
@@ -89,7 +99,7 @@ func (c LockerConfig) String() string {
 	for _, f := range []struct {
 		on   bool
 		name string
-	}{{c.NoScripts, "noscripts"}, {c.Classic, "classic"}, {c.AutoRefresh, "autorefresh"}, {c.Fencing, "fencing"}, {c.InOrder, "inorder"}, {c.Election, "election"}, {c.User == UserPoller, "poller"}} {
+	}{{c.NoScripts, "noscripts"}, {c.Classic, "classic"}, {c.AutoRefresh, "autorefresh"}, {c.Fencing, "fencing"}, {c.InOrder, "inorder"}, {c.Election, "election"}, {c.User == UserPoller, "poller"}, {c.UntilLost, "untillost"}, {c.ContextTimeout, "ctxtimeout"}} {
 		if f.on {
 			parts = append(parts, f.name)
 		}
@@ -116,6 +126,9 @@ func lockerFor(mode string, slot int) LockerConfig {
 	case ModeElection:
 		c.Election, c.Fencing, c.AutoRefresh = true, true, true // Fencing and AutoRefresh for finalChecks' Acquire of the same keys
 		c.NoScripts = slot%4 >= 2                               // half on the scripts, half on the commands alone
+	case ModePartition:
+		c.AutoRefresh, c.UntilLost = true, true
+		c.ContextTimeout = slot%4 >= 2 // half go-redis's default, half ContextTimeoutEnabled; each half with and without retries
 	case ModeMixed:
 		switch slot % 4 {
 		case 1:
@@ -160,6 +173,19 @@ func (c LockerConfig) heldPast(ttl time.Duration) time.Duration {
 		return min(ttl, time.Second)
 	}
 	return 0
+}
+
+// lossGroup names, for the report's loss signals, the configuration of a
+// holder that works until told of a loss (UntilLost); "" for one that
+// checks its lease itself.
+func (c LockerConfig) lossGroup() string {
+	switch {
+	case !c.UntilLost:
+		return ""
+	case c.ContextTimeout:
+		return "ContextTimeoutEnabled"
+	}
+	return "go-redis-default"
 }
 
 // slotOf is the client slot of a loop's name: "g3.1/2" is goroutine slot

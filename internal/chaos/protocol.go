@@ -20,14 +20,18 @@ import (
 //	call <seq> <key> <at>                                 -> ok
 //	acq <seq> <key> <token> <sent> <granted> <lease-end> <in-doubt> <expiry-ms> -> ok
 //	op <seq> <key> <token> <checked> <lease-end>          -> ok | stale | crash
-//	done <seq> <checked> <live> <lease-end>               -> ok
+//	done <seq> <checked> <live> <lease-end> <told> <told-end> -> ok
 //	rel <seq> <outcome> <at>                              -> ok
 //	fail <seq> <key> <at> <in-doubt> <text>               -> ok
 //
 // A loop sends call before it calls Acquire, and acq or fail when Acquire
 // returns. Each op and the done are preceded by a check of the lease by
 // the holder's clock, which they carry (checked, and whether the lease was
-// live for done). A holder sends done before it sends the release to
+// live for done; a check at or past the lease-end is not live). A holder
+// that works until told of its loss (LockerConfig.UntilLost) writes on
+// past its lease's end until its Lock tells it, and says in done when it
+// was told and the lease end its Lock stated then (0 0: not told). A
+// holder sends done before it sends the release to
 // Redis, and rel with the release's outcome after: the end of its critical
 // section is then on record before anyone else can be granted the key,
 // even when the run stops while its release is still in flight.
@@ -98,7 +102,7 @@ func parseRequest(line string) (request, error) {
 	if len(fields) == 0 {
 		return request{}, fmt.Errorf("empty request")
 	}
-	want := map[string]int{"hello": 1, "events": 1, "call": 3, "acq": 8, "op": 5, "done": 4, "rel": 3, "fault": 1}
+	want := map[string]int{"hello": 1, "events": 1, "call": 3, "acq": 8, "op": 5, "done": 6, "rel": 3, "fault": 1}
 	if fields[0] == "fail" && len(fields) < 5 {
 		return request{}, fmt.Errorf("fail wants at least 4 arguments, got %q", line)
 	}

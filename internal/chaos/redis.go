@@ -22,8 +22,12 @@ import (
 // the nodes directly.
 type backend struct {
 	nodes   []*redisproc.Server
-	proxies []*faultproxy.Proxy
+	proxies []*faultproxy.Proxy // every proxy: one per node, then those of bySlot
 	cluster bool
+	// bySlot, in the partition mode, is the proxy of each client slot in
+	// front of the one server, so that one client can be cut off while
+	// the others reach Redis.
+	bySlot []*faultproxy.Proxy
 }
 
 // clusterMasters is the size of the Cluster of the cluster mode.
@@ -101,6 +105,18 @@ func startBackend(dir string, cfg Config) (*backend, error) {
 			return nil, err
 		}
 	}
+	if cfg.Mode == ModePartition {
+		for slot := range cfg.Goroutines + cfg.Procs {
+			network := cfg.Network
+			network.Seed = cfg.Seed + uint64(count+slot)
+			proxy, err := faultproxy.New(b.nodes[0].Addr(), network)
+			if err != nil {
+				b.close()
+				return nil, err
+			}
+			b.proxies, b.bySlot = append(b.proxies, proxy), append(b.bySlot, proxy)
+		}
+	}
 	return b, nil
 }
 
@@ -154,9 +170,19 @@ func (b *backend) awaitCluster(limit time.Duration) error {
 	}
 }
 
-// clientAddrs is what a client dials: the proxy, or for a Cluster each
-// node with its proxy as "node>proxy".
-func (b *backend) clientAddrs() []string {
+// clientAddrs is what the client of a slot dials: the proxy (its own in
+// the partition mode), or for a Cluster each node with its proxy as
+// "node>proxy".
+func (b *backend) clientAddrs(slot int) []string {
+	if slot >= 0 && slot < len(b.bySlot) {
+		return []string{b.bySlot[slot].Addr()}
+	}
+	return b.nodeAddrs()
+}
+
+// nodeAddrs is what a client dials that has no proxy of its own: the
+// node's proxy, or for a Cluster each node with its proxy as "node>proxy".
+func (b *backend) nodeAddrs() []string {
 	if !b.cluster {
 		return []string{b.proxies[0].Addr()}
 	}
@@ -208,12 +234,20 @@ func (b *backend) loseRepliesTo(rule func(args []string) bool) {
 	}
 }
 
+// holdRequestsTo sets every proxy's holding rule.
+func (b *backend) holdRequestsTo(rule func(args []string) time.Duration) {
+	for _, p := range b.proxies {
+		p.HoldRequestsTo(rule)
+	}
+}
+
 // stats adds up the proxies' counts.
 func (b *backend) stats() faultproxy.Stats {
 	var s faultproxy.Stats
 	for _, p := range b.proxies {
 		ps := p.Stats()
 		s.Delayed, s.Lost, s.Cut = s.Delayed+ps.Delayed, s.Lost+ps.Lost, s.Cut+ps.Cut
+		s.Held, s.Overtaken = s.Held+ps.Held, s.Overtaken+ps.Overtaken
 	}
 	return s
 }
@@ -226,7 +260,7 @@ func (b *backend) close() {
 	for _, n := range b.nodes {
 		n.Kill()
 	}
-	b.proxies, b.nodes = nil, nil
+	b.proxies, b.nodes, b.bySlot = nil, nil, nil
 }
 
 // command sends one command to one server directly and returns its error.

@@ -43,7 +43,8 @@ func (r *Result) Details() string {
 		parts = append(parts, fmt.Sprintf("%s=%d", k, r.Faults.Kinds[k]))
 	}
 	n := r.Faults.Network
-	parts = append(parts, fmt.Sprintf("delayed=%d", n.Delayed), fmt.Sprintf("lost-replies=%d", n.Lost), fmt.Sprintf("cuts=%d", n.Cut))
+	parts = append(parts, fmt.Sprintf("delayed=%d", n.Delayed), fmt.Sprintf("lost-replies=%d", n.Lost), fmt.Sprintf("cuts=%d", n.Cut),
+		fmt.Sprintf("held=%d (delivered after a later request of their client: %d)", n.Held, n.Overtaken))
 	line("%s elapsed; faults: %s", r.Elapsed.Round(time.Millisecond), strings.Join(parts, " "))
 	line("sections=%d h8-overran=%d writes=%d stale-writes-refused=%d releases=%v acquire-errors=%d",
 		r.Report.Sections, r.Report.Overran, len(r.History.Ops), r.Stale, r.Releases, len(r.Fails))
@@ -68,13 +69,19 @@ func (r *Result) Details() string {
 	stalled, longest = stallTotal(r.History.ServerStalls)
 	line("server stalls (a key sample answered >%s late, not counted by the liveness checks): n=%d total=%s longest=%s",
 		stallThreshold, len(r.History.ServerStalls), roundDuration(stalled), roundDuration(longest))
+	for _, group := range sortedKeys(r.Report.LossGaps) {
+		gaps := r.Report.LossGaps[group]
+		line("loss signalled (%s holders told while they worked)=%d, from the lease's end p50=%s p99=%s max=%s; slack %s",
+			group, len(gaps), roundDuration(Percentile(gaps, 50)), roundDuration(Percentile(gaps, 99)),
+			roundDuration(Percentile(gaps, 100)), schedulingSlack)
+	}
 	f := r.Final
 	line("after the faults: every key acquired within %s (bound %s), queues drained in %s, goroutines %d before, %d after",
 		roundDuration(f.Slowest), f.Bound, roundDuration(f.Drained), f.Goroutines[0], f.Goroutines[1])
 	line("porcupine: %d stretches checked, illegal keys=%d, undecided keys=%v",
 		r.Linearity.Pieces, len(r.Linearity.Illegal), r.Linearity.Unknown)
 	var counts []string
-	for _, kind := range []string{LeaseOverlap, NotLinearizable, CheckersDisagree, FenceInterleave, TokenOrder,
+	for _, kind := range []string{LeaseOverlap, NotLinearizable, CheckersDisagree, FenceInterleave, TokenOrder, WorkAfterLoss,
 		SlowRecovery, SlowFreeWait, FinalAcquire, QueueNotDrained, GoroutineGrowth} {
 		counts = append(counts, fmt.Sprintf("%s=%d", kind, r.Report.Count(kind)))
 	}

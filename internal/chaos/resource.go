@@ -24,9 +24,10 @@ type recorder struct {
 	mu           sync.Mutex
 	stopped      bool
 	acqs         map[AcqID]*Acquisition
-	order        []AcqID         // acquisitions in the order they were reported
-	pending      map[AcqID]*Call // Acquire calls in progress
-	calls        []Call          // Acquire calls that returned no lock
+	order        []AcqID             // acquisitions in the order they were reported
+	pending      map[AcqID]*Call     // Acquire calls in progress
+	open         map[AcqID]time.Time // critical sections entered and not yet left, by entry
+	calls        []Call              // Acquire calls that returned no lock
 	ops          []Op
 	maxToken     map[string]int64
 	down         []Interval
@@ -45,7 +46,7 @@ type recorder struct {
 }
 
 func newRecorder(onAcquired func(int)) *recorder {
-	return &recorder{acqs: map[AcqID]*Acquisition{}, pending: map[AcqID]*Call{}, maxToken: map[string]int64{},
+	return &recorder{acqs: map[AcqID]*Acquisition{}, pending: map[AcqID]*Call{}, open: map[AcqID]time.Time{}, maxToken: map[string]int64{},
 		releases: map[string]int{}, faults: map[string]int{}, onAcquired: onAcquired}
 }
 
@@ -107,6 +108,26 @@ func (r *recorder) killed(process string, at time.Time) {
 			r.calls = append(r.calls, *c)
 		}
 	}
+	for id := range r.open {
+		if processOf(id.Client) == process {
+			delete(r.open, id)
+			r.acqs[id].Killed = at
+		}
+	}
+}
+
+// inSection returns the loops inside a critical section they entered
+// before the given instant, in a stable order.
+func (r *recorder) inSection(before time.Time) []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	seen := map[string]bool{}
+	for id, entered := range r.open {
+		if entered.Before(before) {
+			seen[id.Client] = true
+		}
+	}
+	return sortedKeys(seen)
 }
 
 // waiting returns the processes with an Acquire call in progress since
@@ -138,6 +159,7 @@ func (r *recorder) checked(id AcqID, at time.Time, live bool, leaseEnd time.Time
 		a.Overran = true
 	case live && a.Entered.IsZero():
 		a.Entered, a.LastLive = at, at
+		r.open[id] = at
 	case live:
 		a.LastLive = at
 	}
@@ -171,7 +193,18 @@ func (r *recorder) done(id AcqID, at time.Time) string {
 		return ""
 	}
 	a.Released = at
+	delete(r.open, id)
 	return a.Key
+}
+
+// told records when a holder that works until told learned of its loss,
+// and the end of the lease its Lock stated then.
+func (r *recorder) told(id AcqID, at, leaseEnd time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if a := r.acqs[id]; a != nil && !r.stopped {
+		a.Told, a.ToldEnd = at, leaseEnd
+	}
 }
 
 // released records the outcome of a release whose done is on record.
@@ -190,6 +223,7 @@ func (r *recorder) crashed(id AcqID, at time.Time) {
 	defer r.mu.Unlock()
 	if a := r.acqs[id]; a != nil && !r.stopped {
 		a.Crashed = at
+		delete(r.open, id)
 	}
 }
 
@@ -270,6 +304,14 @@ func (r *recorder) history(mode string, end time.Time) History {
 func processOf(loop string) string {
 	process, _, _ := strings.Cut(loop, "/")
 	return process
+}
+
+// slotName is the client slot a loop or incarnation belongs to, every
+// incarnation alike: "p1" for "p1.2/0". Each slot of the partition mode
+// reaches Redis through a proxy of its own.
+func slotName(client string) string {
+	slot, _, _ := strings.Cut(client, ".")
+	return slot
 }
 
 // action is what the harness does to a client at one of its writes.
@@ -411,7 +453,9 @@ func (s *resource) serveClient(conn net.Conn) {
 			if err != nil {
 				return
 			}
-			s.rec.checked(id, time.Unix(0, n[1]), true, time.Unix(0, n[2]))
+			// Live unless checked at or past the lease's end: only a holder
+			// that works until told writes past it (LockerConfig.UntilLost).
+			s.rec.checked(id, time.Unix(0, n[1]), n[1] < n[2], time.Unix(0, n[2]))
 			act, pause := h.plan.next()
 			switch act {
 			case actCrash:
@@ -437,11 +481,14 @@ func (s *resource) serveClient(conn net.Conn) {
 				continue
 			}
 		case "done":
-			n, err := req.ints(1, 3)
+			n, err := req.ints(1, 3, 4, 5)
 			if err != nil {
 				return
 			}
 			at := time.Unix(0, n[0])
+			if n[2] != 0 {
+				s.rec.told(id, time.Unix(0, n[2]), time.Unix(0, n[3]))
+			}
 			s.rec.checked(id, at, req.args[2] == "true", time.Unix(0, n[1]))
 			key := s.rec.done(id, at)
 			if key != "" {

@@ -4,25 +4,42 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 )
 
 // The faults of the waiting paths that the harness injects from outside
 // the clients: pub/sub connections cut, scripts flushed, ACL permissions
 // revoked and restored, waiting processes killed, queued attempts' replies
-// lost. Each draws from a seeded stream of its own.
+// lost or the attempts held back. Each draws from a seeded stream of its
+// own.
 
 // startServerFaults starts the goroutines that inject them.
 func (h *harness) startServerFaults() {
+	// The rules are called under each proxy's lock, one request at a time
+	// per proxy; several proxies (a Cluster's nodes, the partition mode's
+	// clients) share a rule, so its stream is drawn under a lock of its own.
 	if h.cfg.QueuedLoseRate > 0 {
-		rng := streamFor(h.cfg.Seed, "queued-lost")
+		rng := lockedStream(h.cfg.Seed, "queued-lost")
 		h.servers.loseRepliesTo(func(args []string) bool {
-			// Called under the proxy's lock: rng is drawn one request at a time.
-			if queuedAttempt(args) && rng.Float64() < h.cfg.QueuedLoseRate {
+			if queuedAttempt(args) && rng.float64() < h.cfg.QueuedLoseRate {
 				h.fault(FaultQueuedLost, "")
 				return true
 			}
 			return false
+		})
+	}
+	if h.cfg.QueuedHoldRate > 0 && h.cfg.Network.MaxHold > 0 {
+		rng := lockedStream(h.cfg.Seed, "queued-held")
+		minHold, maxHold := h.cfg.Network.MinHold, h.cfg.Network.MaxHold
+		h.servers.holdRequestsTo(func(args []string) time.Duration {
+			// A waiter's poll held past its read timeout lands after its
+			// later requests: its retry, its win, its claim (H10).
+			if queuedAttempt(args) && rng.float64() < h.cfg.QueuedHoldRate {
+				h.fault(FaultQueuedHeld, "")
+				return minHold + time.Duration(rng.float64()*float64(maxHold-minHold))
+			}
+			return 0
 		})
 	}
 	h.every(h.cfg.PubSubKillEvery, "pubsub-kills", func(*rand.Rand) {
@@ -58,6 +75,22 @@ func (h *harness) every(mean time.Duration, stream string, inject func(*rand.Ran
 			inject(rng)
 		}
 	}()
+}
+
+// lockedRand is a seeded stream that several goroutines draw from.
+type lockedRand struct {
+	mu  sync.Mutex
+	rng *rand.Rand
+}
+
+func lockedStream(seed uint64, name string) *lockedRand {
+	return &lockedRand{rng: streamFor(seed, name)}
+}
+
+func (r *lockedRand) float64() float64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.rng.Float64()
 }
 
 // queuedAttempt recognises a queued attempt on the wire: the library's

@@ -53,7 +53,13 @@ func (h *harness) watchStalls() {
 // no fault of the library: a server down, the machine stalled, the server
 // stalled. Overlaps are merged, so no instant counts twice.
 func paused(h History) []Interval {
-	all := slices.Concat(h.Downtime, h.Stalls, h.ServerStalls)
+	return merged(slices.Concat(h.Downtime, h.Stalls, h.ServerStalls))
+}
+
+// merged sorts intervals and merges those that overlap, so no instant
+// counts twice.
+func merged(all []Interval) []Interval {
+	all = slices.Clone(all)
 	slices.SortFunc(all, func(a, b Interval) int { return a.From.Compare(b.From) })
 	var out []Interval
 	for _, i := range all {

@@ -127,6 +127,7 @@ func newRedisClient(cfg WorkerConfig) redis.UniversalClient {
 		return redis.NewClient(&redis.Options{
 			Addr: cfg.Redis[0], Username: user, Password: password, PoolSize: 2 + cfg.Loops, MaxRetries: cfg.MaxRetries,
 			DialTimeout: 2 * cfg.ReadTimeout, ReadTimeout: cfg.ReadTimeout, WriteTimeout: cfg.ReadTimeout,
+			ContextTimeoutEnabled: cfg.Locker.ContextTimeout, ClientName: cfg.Name,
 		})
 	}
 	proxyOf := map[string]string{}
@@ -140,6 +141,7 @@ func newRedisClient(cfg WorkerConfig) redis.UniversalClient {
 	return redis.NewClusterClient(&redis.ClusterOptions{
 		Addrs: nodes, Username: user, Password: password, PoolSize: 2 + cfg.Loops, MaxRetries: cfg.MaxRetries,
 		DialTimeout: 2 * cfg.ReadTimeout, ReadTimeout: cfg.ReadTimeout, WriteTimeout: cfg.ReadTimeout,
+		ContextTimeoutEnabled: cfg.Locker.ContextTimeout, ClientName: cfg.Name,
 		Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
 			if proxy, ok := proxyOf[addr]; ok {
 				addr = proxy // every node's traffic goes through its fault proxy
@@ -224,16 +226,31 @@ func (l *loop) once(ctx context.Context) error {
 	// The critical section: each write to the resource only after a check
 	// that the lease is live by our own clock, as the README asks of a
 	// holder, and a last check on the way out. A write still in flight
-	// when the lease ends is what fencing is for.
+	// when the lease ends is what fencing is for. A holder that works
+	// until told (UntilLost) still reports each check, but goes on until
+	// its Lock tells it of a loss, as code under Lock.Context does.
+	var loss *lossWatch
+	if l.cfg.Locker.UntilLost {
+		loss = watchLoss(lock)
+		defer loss.stop()
+	}
 	for i := 0; ; i++ {
 		now, ends := l.clock.Now(), lock.ExpiresAt()
 		live := now.Before(ends)
 		more := i < writes || (long && (!l.cfg.Locker.AutoRefresh || time.Since(granted) < hold))
-		if !live || !more {
+		over := !live
+		if loss != nil {
+			over = loss.told()
+		}
+		if over || !more {
 			// On record before the release is sent, so before anyone else
 			// can be granted the key: a run that stops mid-release cannot
 			// lose it.
-			if _, err := l.res.call("done", seq, l.wall(now), strconv.FormatBool(live), l.wall(ends)); err != nil {
+			told, toldEnd := "0", "0"
+			if loss != nil && loss.told() {
+				told, toldEnd = nanos(loss.at), l.wall(loss.leaseEnd)
+			}
+			if _, err := l.res.call("done", seq, l.wall(now), strconv.FormatBool(live), l.wall(ends), told, toldEnd); err != nil {
 				return err
 			}
 			break
@@ -247,6 +264,8 @@ func (l *loop) once(ctx context.Context) error {
 		case reply == replyStale:
 			writes = i // fenced out: a later holder has written; leave after the next check
 			long = false
+		case long && loss != nil:
+			loss.sleep(l.cfg.TTL / 8)
 		case long:
 			time.Sleep(l.cfg.TTL / 8)
 		}
@@ -265,6 +284,7 @@ func (l *loop) wall(t time.Time) string { return nanos(t.Add(-l.cfg.Offset)) }
 type holding interface {
 	FencingToken() int64
 	ExpiresAt() time.Time
+	Done() <-chan struct{}
 	// release gives it up and names the outcome for the report.
 	release(ctx context.Context) (outcome string, retry bool)
 }
@@ -342,6 +362,58 @@ func (l *loop) release(ctx context.Context, lock holding) string {
 		}
 	}
 	return OutcomeError
+}
+
+// lossWatch is how a holder that works until told learns of its loss: a
+// goroutine that waits for its Lock's Done and notes the instant, and the
+// lease end the Lock stated then, until the section ends.
+type lossWatch struct {
+	signalled chan struct{} // closed once Done was seen closed; at and leaseEnd are set before
+	ended     chan struct{} // closed when the section ends
+	exited    chan struct{} // closed when the goroutine returns
+	at        time.Time     // when Done was seen closed, wall clock
+	leaseEnd  time.Time     // ExpiresAt then, by the holder's clock
+}
+
+func watchLoss(lock holding) *lossWatch {
+	w := &lossWatch{signalled: make(chan struct{}), ended: make(chan struct{}), exited: make(chan struct{})}
+	done := lock.Done()
+	go func() {
+		defer close(w.exited)
+		select {
+		case <-done:
+			w.at, w.leaseEnd = time.Now(), lock.ExpiresAt()
+			close(w.signalled)
+		case <-w.ended:
+		}
+	}()
+	return w
+}
+
+// told reports whether the holder has been told of its loss.
+func (w *lossWatch) told() bool {
+	select {
+	case <-w.signalled:
+		return true
+	default:
+		return false
+	}
+}
+
+// sleep works for d, or until told of the loss.
+func (w *lossWatch) sleep(d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-w.signalled:
+	}
+}
+
+// stop ends the watch with the section and waits for its goroutine.
+func (w *lossWatch) stop() {
+	close(w.ended)
+	<-w.exited
 }
 
 // waiting is a client's Acquire calls in progress, by key, for the faults

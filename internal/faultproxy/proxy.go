@@ -1,7 +1,9 @@
 // Package faultproxy is a loopback TCP proxy between Redis clients and a
 // Redis server that injects network faults below the client library: a
 // command reaches the server and is applied, but its reply never comes
-// back; a request is delayed; a connection is cut. Unlike a go-redis hook it
+// back; a request is delayed; a request is held back past the client's
+// timeout and lands after the client's later requests; a connection is
+// cut. Unlike a go-redis hook it
 // is invisible to go-redis, so the client's own timeouts, reconnects and
 // retries run exactly as in production.
 //
@@ -36,11 +38,19 @@ type Proxy struct {
 	seen   map[string]int // requests forwarded, by lower-case command name
 	lose   func(command string, nth int) bool
 	loseTo func(args []string) bool
+	holdTo func(args []string) time.Duration
 	faults Faults
 	stats  Stats
 	nconn  uint64                // connections accepted so far, numbering each one's fault draws
 	conns  map[net.Conn]struct{} // open connections on both sides, closed by Close
 	thawed chan struct{}         // closed while bytes flow; open (blocking every forwarder) while frozen
+	// received numbers every request in the order the proxy read it, on
+	// any connection; latest holds, by client name, the largest number of
+	// a request of that client forwarded to the server so far. A request
+	// forwarded while latest holds a larger number was overtaken by a
+	// later request of its client.
+	received uint64
+	latest   map[string]uint64
 }
 
 // Start listens on a free loopback port and forwards to target, injecting
@@ -66,7 +76,8 @@ func New(target string, faults Faults) (*Proxy, error) {
 	if err != nil {
 		return nil, fmt.Errorf("faultproxy: %w", err)
 	}
-	p := &Proxy{listener: listener, target: target, seen: map[string]int{}, faults: faults, conns: map[net.Conn]struct{}{}, thawed: closedGate()}
+	p := &Proxy{listener: listener, target: target, seen: map[string]int{}, faults: faults, conns: map[net.Conn]struct{}{}, thawed: closedGate(),
+		latest: map[string]uint64{}}
 	p.wg.Add(1)
 	go p.accept()
 	return p, nil
@@ -96,6 +107,18 @@ func (p *Proxy) LoseRepliesTo(rule func(args []string) bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.loseTo = rule
+}
+
+// HoldRequestsTo sets a rule that holds requests back: when it returns a
+// positive duration for a request (every argument, the command name
+// first), the request is kept in the proxy that long and then forwarded,
+// as with Faults.HoldRate, and counted in Stats.Held. It is called with
+// the proxy's lock held, one request at a time, like LoseRepliesTo. A nil
+// rule holds nothing.
+func (p *Proxy) HoldRequestsTo(rule func(args []string) time.Duration) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.holdTo = rule
 }
 
 // Count returns how many requests of a command the proxy has forwarded.
@@ -210,6 +233,7 @@ func (p *Proxy) forget(c net.Conn) {
 type conn struct {
 	client, server net.Conn
 	rng            *rand.Rand // only the request goroutine draws from it
+	name           string     // the client's name, once it sets one; only the request goroutine uses it
 	blackhole      func()     // swallow every later reply
 	cut            func()     // close both sides
 }
@@ -225,7 +249,12 @@ func (p *Proxy) forwardRequests(c *conn) {
 			return
 		}
 		command := strings.ToLower(args[0])
+		if name, ok := clientName(args); ok {
+			c.name = name
+		}
 		p.mu.Lock()
+		p.received++
+		number := p.received
 		p.seen[command]++
 		lose := p.lose != nil && p.lose(command, p.seen[command])
 		if p.loseTo != nil && p.loseTo(args) {
@@ -233,11 +262,16 @@ func (p *Proxy) forwardRequests(c *conn) {
 			p.stats.Lost++
 		}
 		f := p.faults.draw(c.rng)
+		if p.holdTo != nil {
+			if d := p.holdTo(args); d > 0 {
+				f.hold = d
+			}
+		}
 		lose = lose || f.lose
 		p.stats.add(f)
 		p.mu.Unlock()
-		if f.delay > 0 {
-			time.Sleep(f.delay)
+		if f.delay+f.hold > 0 {
+			time.Sleep(f.delay + f.hold)
 		}
 		if f.cut == cutBefore {
 			c.cut() // never reaches the server
@@ -250,11 +284,46 @@ func (p *Proxy) forwardRequests(c *conn) {
 		if _, err := c.server.Write(raw); err != nil {
 			return
 		}
+		p.forwarded(c.name, number, f.hold > 0)
 		if f.cut == cutAfter {
 			c.cut() // reaches the server, which may apply it; the reply cannot come back
 			return
 		}
 	}
+}
+
+// forwarded notes that the request the proxy read as number, from the
+// named client, has been written to the server: a held one is counted as
+// overtaken when a later request of its client got there first. Requests
+// of a client that never named itself are not compared.
+func (p *Proxy) forwarded(name string, number uint64, held bool) {
+	if name == "" {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if held && p.latest[name] > number {
+		p.stats.Overtaken++
+	}
+	p.latest[name] = max(p.latest[name], number)
+}
+
+// clientName reads the name a client gives its connection: CLIENT SETNAME
+// <name>, or HELLO's SETNAME <name> option.
+func clientName(args []string) (string, bool) {
+	switch strings.ToLower(args[0]) {
+	case "client":
+		if len(args) == 3 && strings.EqualFold(args[1], "setname") {
+			return args[2], true
+		}
+	case "hello":
+		for i := 1; i+1 < len(args); i++ {
+			if strings.EqualFold(args[i], "setname") {
+				return args[i+1], true
+			}
+		}
+	}
+	return "", false
 }
 
 // forwardReplies copies the server's bytes to the client until swallow is
