@@ -339,6 +339,15 @@ func (l *loop) acquire(ctx context.Context, key string, cancelAt time.Duration) 
 		// ElectionKey(name) is key: key carries name as its hash tag.
 		lead, err := l.locker.Campaign(actx, strings.TrimSuffix(key, ".election"), l.name)
 		if err != nil {
+			if !errors.Is(err, setnxlock.ErrNotAcquired) {
+				// Campaign fails this way only after its Acquire won:
+				// publishing failed (an EXECABORT under OOM, say), and its
+				// Resign is best effort, refused as well under OOM, so the
+				// lease it won may hold the key to its end (seen: a 292ms
+				// free wait in election mode). An error reply is no doubt
+				// to the trace hook, which sees only the commands.
+				trace.doubt.Store(true)
+			}
 			return nil, trace, err
 		}
 		return heldLeadership{lead}, trace, nil
