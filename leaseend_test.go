@@ -3,6 +3,7 @@ package setnxlock
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -172,4 +173,106 @@ func TestAPartitionedHolderStopsBeforeTheNextHolderStarts(t *testing.T) {
 		require.NoError(t, next.Release(ctx))
 		await.Do(t, func() { _ = lock.Release(ctx) }, "the partitioned holder's Release once healed")
 	})
+}
+
+// afterEach runs fn after every command or pipeline of a client returns.
+type afterEach struct{ fn func() }
+
+func (h afterEach) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h afterEach) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error { err := next(ctx, cmd); h.fn(); return err }
+}
+func (h afterEach) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error { err := next(ctx, cmds); h.fn(); return err }
+}
+
+// A Release whose answer is handled after the lease's end, where the loss
+// was declared first, reports that loss: never nil beside an Err that says
+// the lock was lost.
+func TestAReleaseAnsweredAfterTheLossReportsIt(t *testing.T) {
+	onEachBackend(t, func(t *testing.T, b *backend) {
+		client := b.client(t)
+		l := b.lockerOn(t, client)
+		var armed atomic.Pointer[Lock]
+		client.AddHook(afterEach{fn: func() {
+			if lock := armed.Swap(nil); lock != nil { // Release's round trip has been answered
+				b.clock.Set(lock.ExpiresAt())
+				lock.endIfRunOut() // the keeper, at the lease's end
+			}
+		}})
+		for round := range 20 { // the answer and the lease's end reach Release in either order
+			lock, err := l.TryAcquire(ctx, "lock.k")
+			require.NoError(t, err)
+			armed.Store(lock)
+			released := lock.Release(ctx)
+			require.ErrorIs(t, lock.Err(), ErrNotHeld)
+			require.ErrorIs(t, released, ErrNotHeld, "round %d: Release agrees with Err", round)
+			b.clock.Advance(time.Hour)
+			_ = b.raw.Del(ctx, "lock.k")
+		}
+	})
+}
+
+// Once Done has reported the loss, Release and Refresh say so at once,
+// even while a round trip the lease's end left in flight holds the Lock's
+// turn (go-redis may keep it for its ReadTimeout and retries).
+func TestCallsAfterTheLossDoNotWaitForARoundTripInFlight(t *testing.T) {
+	onEachBackend(t, func(t *testing.T, b *backend) {
+		client := b.client(t)
+		cut := cutOffHook(t, client)
+		lock, err := b.lockerOn(t, client).TryAcquire(ctx, "lock.k")
+		require.NoError(t, err)
+		cut.arm()
+		refreshed := make(chan error, 1)
+		go func() { refreshed <- lock.Refresh(ctx, time.Minute) }()
+		await.Recv(t, cut.holding, "the Refresh, going out")
+		b.clock.Set(lock.ExpiresAt())
+		require.ErrorIs(t, await.Recv(t, refreshed, "the Refresh, at the lease's end"), ErrNotHeld)
+
+		for name, call := range map[string]func(context.Context) error{
+			"Release": lock.Release,
+			"Refresh": func(ctx context.Context) error { return lock.Refresh(ctx, time.Minute) },
+		} {
+			returned := make(chan error, 1)
+			go func() { returned <- call(await.Context(t)) }()
+			assert.ErrorIs(t, await.Recv(t, returned, "%s of a lost lock, with the turn still taken", name), ErrNotHeld, name)
+		}
+		cut.heal()
+	})
+}
+
+// Refresh and Release racing the lease's end and each other agree with Err
+// whichever comes first: a Refresh that returns nil has renewed a lock
+// that is still held, a Release that returns nil has released one that was
+// not lost.
+func TestCallsRacingTheLeaseEndAgreeWithErr(t *testing.T) {
+	b := newBackend(t, "miniredis", startMiniredis(t))
+	client := b.client(t)
+	l := b.lockerOn(t, client)
+	var lockNow atomic.Pointer[Lock]
+	client.AddHook(afterEach{fn: func() {
+		if k := lockNow.Swap(nil); k != nil {
+			b.clock.Set(k.ExpiresAt()) // the first answer comes as the lease ends
+		}
+	}})
+	for round := range 200 {
+		lock, err := l.TryAcquire(ctx, "lock.k")
+		require.NoError(t, err)
+		_ = lock.Done() // a keeper, which declares the loss at the lease's end
+		before := lock.ExpiresAt()
+		lockNow.Store(lock)
+		refreshed := make(chan error, 1)
+		go func() { refreshed <- lock.Refresh(ctx, time.Minute) }()
+		released := lock.Release(ctx)
+		renewed := await.Recv(t, refreshed, "round %d's Refresh", round)
+		if released == nil {
+			require.NoError(t, lock.Err(), "round %d: Release said nil, Err says lost", round)
+		}
+		if renewed == nil {
+			require.NoError(t, lock.Err(), "round %d: Refresh said nil on a lost lock", round)
+			require.True(t, lock.ExpiresAt().After(before), "round %d: Refresh said nil and renewed nothing", round)
+		}
+		b.clock.Advance(time.Hour)
+		_ = b.raw.Del(ctx, "lock.k")
+	}
 }

@@ -71,14 +71,33 @@ func (k *Lock) Context(parent context.Context) context.Context {
 }
 
 // finish moves the lock to state, released or lost, and ends its life with
-// err (nil for a release) the first time it is called; it returns err.
+// err (nil for a release) the first time it is called; it returns err,
+// except that a release confirmed after the lease ran out unconfirmed
+// reports that loss, as Done and Err have (H11).
 func (k *Lock) finish(state lockState, err error) error {
-	k.state.store(state)
+	k.state.end(state)
 	if k.lease.end(err) {
 		k.announceEnd(err)
+		return err
+	}
+	if lost := k.Err(); err == nil && errors.As(lost, new(ranOut)) {
+		return lost
 	}
 	return err
 }
+
+// ranOut is the loss of a lease whose end came, by the Locker's clock,
+// before Redis confirmed a renewal or a release (H11).
+type ranOut struct {
+	key string
+	at  time.Time
+}
+
+func (e ranOut) Error() string {
+	return fmt.Sprintf("%v: the lease on %q ran out at %s", ErrNotHeld, e.key, e.at.UTC().Format(time.RFC3339Nano))
+}
+
+func (e ranOut) Unwrap() error { return ErrNotHeld }
 
 // announceEnd tells the observer how the lock's life ended.
 func (k *Lock) announceEnd(err error) {
@@ -172,10 +191,10 @@ func (k *Lock) keep() {
 // end already (lease.runOut and lease.move are one step each).
 func (k *Lock) endIfRunOut() bool {
 	ranOut := k.lease.runOut(k.locker.cfg.clock.Now(), func(ends time.Time) error {
-		return fmt.Errorf("%w: the lease on %q ran out at %s", ErrNotHeld, k.key, ends.UTC().Format(time.RFC3339Nano))
+		return ranOut{key: k.key, at: ends}
 	})
 	if ranOut {
-		k.state.store(lost)
+		k.state.end(lost)
 		k.announceEnd(k.Err())
 	}
 	return k.lease.over()

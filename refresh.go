@@ -62,6 +62,11 @@ func (k *Lock) refresh(ctx context.Context, ttl time.Duration) error {
 		if k.token == "" {
 			k.maybe = append(k.maybe, renewed.value)
 		}
+		if k.lease.over() {
+			// H11: lost at the lease's end while this renewal was in flight;
+			// if it was applied all the same, free the key while it is ours.
+			k.discard(ctx)
+		}
 		if ends := l.ourLeaseEnd(renewed.expiry, now); ends.Before(k.ExpiresAt()) {
 			k.lease.move(k.lease.began(), ends)
 		}

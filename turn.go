@@ -35,68 +35,87 @@ func (k *Lock) unlockOp() { <-k.op }
 // until its round trip returns, and believes nothing it hears: lease.move
 // refuses to extend a life that has ended. A body that fails once the
 // lease has run out returns overdue(its error). Once the lock is over (a
-// courtesy Release of a lost lock), only ctx bounds the wait.
+// courtesy Release of a lost lock) inTurn takes the turn only if it is
+// free, and returns overdue(nil) otherwise.
 func (k *Lock) inTurn(ctx context.Context, verb string, body func() error, overdue func(err error) error) error {
 	bounded := !k.endIfRunOut() // a lease already over is lost now, not after a round trip
+	if !bounded {
+		// The lock is over: a body the lease's end left in flight may hold
+		// the turn for as long as go-redis waits, and the lock's end is the
+		// answer to give meanwhile.
+		select {
+		case k.op <- struct{}{}:
+		default:
+			return overdue(nil)
+		}
+		return k.runInTurn(body)
+	}
 	returned := make(chan struct{})
 	defer close(returned) // drops the waits for the lease's end
-	leaseEnd := func() <-chan time.Time { return k.leaseEnd(bounded, returned) }
 	for taken := false; !taken; {
 		select {
 		case k.op <- struct{}{}:
 			taken = true
 		case <-ctx.Done():
 			return fmt.Errorf("setnxlock: %s %q: %w", verb, k.key, ctx.Err())
-		case <-leaseEnd():
-			if k.endIfRunOut() {
-				return overdue(nil)
-			}
+		case <-k.lease.done: // released or lost while we waited, its end moved earlier perhaps
+			return overdue(nil)
+		case <-k.leaseEnd(returned):
+			k.endIfRunOut() // ends the life if the end has come: lease.done says so
 		}
 	}
 	result := make(chan error, 1)
-	go func() {
-		defer k.unlockOp()
-		result <- body()
-	}()
+	go func() { result <- k.runInTurn(body) }()
 	for {
 		select {
 		case err := <-result:
-			if err != nil && !errors.Is(err, ErrNotHeld) && bounded && k.endIfRunOut() {
+			if err != nil && !errors.Is(err, ErrNotHeld) && k.endIfRunOut() {
 				return overdue(err)
 			}
 			return err
-		case <-leaseEnd():
-			if k.endIfRunOut() {
-				select {
-				case err := <-result: // answered at the same instant: its own word
-					return err
-				default:
-					return overdue(nil)
-				}
+		case <-k.lease.done:
+			if k.Err() == nil {
+				return <-result // our own body released the lock: its answer is on its way
 			}
+			select {
+			case err := <-result: // answered at the same instant: its own word
+				return err
+			default:
+				return overdue(nil)
+			}
+		case <-k.leaseEnd(returned):
+			k.endIfRunOut()
 		}
 	}
 }
 
-// lostWith is inTurn's overdue for calls whose answer is the lease itself
-// (Refresh, a renewal): the loss, and what the round trip said, if
-// anything.
+// runInTurn runs body in the turn the caller took, and gives the turn
+// back when body returns.
+func (k *Lock) runInTurn(body func() error) error {
+	defer k.unlockOp()
+	return body()
+}
+
+// lostWith is inTurn's overdue for the calls of a held lock: the lock's
+// end (the loss, or the Release that came first), with what the round
+// trip said, if anything.
 func (k *Lock) lostWith(verb string) func(err error) error {
 	return func(err error) error {
-		if err == nil {
-			return k.Err()
+		over := k.Err()
+		if over == nil {
+			over = fmt.Errorf("%w: %q was released", ErrNotHeld, k.key)
 		}
-		return fmt.Errorf("%w (%s: %w)", k.Err(), verb, err)
+		if err == nil {
+			return over
+		}
+		return fmt.Errorf("%w (%s: %w)", over, verb, err)
 	}
 }
 
 // leaseEnd fills the returned channel when the lease's current end comes
-// by the Locker's clock, unless abandon is closed first; it is nil (never
-// ready) when bounded is false. Whoever receives from it checks the lease
-// again: a renewal may have moved its end meanwhile.
-func (k *Lock) leaseEnd(bounded bool, abandon <-chan struct{}) <-chan time.Time {
-	if !bounded {
-		return nil
-	}
+// by the Locker's clock, unless abandon is closed first. Whoever receives
+// from it checks the lease again: a renewal may have moved its end
+// meanwhile.
+func (k *Lock) leaseEnd(abandon <-chan struct{}) <-chan time.Time {
 	return at(k.locker.cfg.clock, k.ExpiresAt(), abandon)
 }
