@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -31,6 +32,13 @@ func TestMain(m *testing.M) {
 	if os.Getenv(subreaperEnv) != "" {
 		execAsSubreaper() // this process is a wrapper, not the tests
 	}
+	// The binaries the tests start must see SIGHUP and SIGINT as a shell
+	// would give them, whatever this process was started with: under
+	// nohup, or as a background job of a script, they arrive ignored, and
+	// an ignored signal stays ignored across exec (which setnxlock run
+	// honours). A caught one is reset to its default by exec, so catching
+	// them here gives every child the default.
+	signal.Notify(make(chan os.Signal, 1), syscall.SIGHUP, syscall.SIGINT)
 	dir, err := os.MkdirTemp("", "setnxlock-cli-test")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
