@@ -49,9 +49,9 @@
 // keys.go. Values: value.go (reading), format.go (writing). Also: clock.go,
 // serverclock.go, clockwait.go (timers that follow their clock), belief.go
 // (a lease's end as we believe it), fencing.go, observer.go, options.go,
-// errors.go; status.go
-// reads a key from the outside (Status) and breaks it (ForceRelease);
-// replicas.go makes lease writes wait for replicas (WithReplicas).
+// errors.go; status.go reads a key from the outside (Status) and breaks it
+// (ForceRelease); replicas.go makes lease writes wait for replicas
+// (WithReplicas).
 //
 // Leader election rides on the lock: a candidate leads while it holds the
 // lock on ElectionKey(name), taken with a fencing token (its term) and
