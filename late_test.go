@@ -426,3 +426,34 @@ func TestALateSafetyNetOfARecognisedWriteNeverCutsALease(t *testing.T) {
 		require.NoError(t, successor.Release(ctx), "the successor still holds its lease")
 	})
 }
+
+// H10 with WithReplicas: the write that lets WAIT count our lease (a
+// PEXPIRE of its net) goes out after every grant and renewal. A late copy
+// of it must leave a Refresh longer than TTL + grace alone, and, once
+// released, a successor's lease of a minute. On every path.
+func TestALateReplicaCheckNeverCutsALease(t *testing.T) {
+	const key = "lock.replicated"
+	r := startReplicated(t)
+	b := &backend{name: "redis-server", addr: r.primary.Addr(), start: r.clock.Now(), clock: r.clock}
+	b.raw = b.client(t)
+	for _, p := range paths {
+		t.Run(p.name, func(t *testing.T) {
+			client := b.client(t)
+			l, err := New(client, WithClock(r.clock), WithTTL(10*time.Second), WithReplicas(1, 200*time.Millisecond), p.opt)
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = l.Close() })
+			log := logWrites(t, b, client)
+
+			lock, err := l.TryAcquire(ctx, key)
+			require.NoError(t, err)
+			require.NoError(t, lock.Refresh(ctx, time.Minute))
+			lateCopiesLeaveTheLease(t, b, log, key, lock, "after a Refresh longer than TTL + grace")
+
+			require.NoError(t, lock.Release(ctx))
+			successor, err := b.locker(t, p.opt, WithTTL(time.Minute)).TryAcquire(ctx, key)
+			require.NoError(t, err)
+			lateCopiesLeaveTheLease(t, b, log, key, successor, "after a release, on the successor's lease")
+			require.NoError(t, successor.Release(ctx), "the successor still holds its lease")
+		})
+	}
+}

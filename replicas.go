@@ -20,17 +20,18 @@ import (
 // own connection, and a replica that has one write of the primary's stream
 // has every write before it. So after the write that won (a script, SET NX,
 // SETNX, a watched GETSET or SET, on whatever pooled connection it went),
-// the Locker sends, in one pipeline and so on one connection, GET of the
-// key, PEXPIRE of its safety net (H6) and WAIT. The GET proves that the
-// server answering holds our value, so the PEXPIRE that follows is a write
-// that comes after ours in that server's stream, and the replicas that
-// acknowledge it have ours. Without the GET the count could be for another
-// server: go-redis resends a pipeline whose reply was lost on a new
-// connection, which a failover client opens to the promoted replica, where
-// a PEXPIRE of a key it never got writes nothing and WAIT counts every
-// replica at once. That PEXPIRE is not watched (H10): a late copy of it,
-// landing after a later, longer lease of ours or a successor's, cuts that
-// lease's net to the one it carries (README, a limit that remains).
+// the Locker sends, on one connection, WATCH and GET of the key, then
+// MULTI, PEXPIRE of its safety net (H6), EXEC, then WAIT. The GET proves
+// that the server answering holds our value, so the PEXPIRE that follows
+// is a write that comes after ours in that server's stream, and the
+// replicas that acknowledge it have ours. Without the GET the count could
+// be for another server: a connection a failover client opens to the
+// promoted replica, where a PEXPIRE of a key it never got writes nothing
+// and WAIT counts every replica at once. The PEXPIRE is watched on our
+// value (H10): a late copy of it, landing after a later, longer lease of
+// ours or a successor's, is aborted by that lease's write instead of
+// cutting its net. go-redis never re-dials inside the transaction, so
+// WAIT goes on the connection of the write it counts.
 //
 // The acknowledgement must come while the lease lasts: WAIT's timeout is
 // cut to the lease's remaining time, and an acknowledgement that arrives
@@ -110,28 +111,41 @@ func (l *Locker) replicate(ctx context.Context, lease ourWrite, length time.Dura
 	if timeout < time.Millisecond {
 		return fmt.Errorf("%w: %q: the lease ends before the replicas could acknowledge it", ErrNotReplicated, lease.key)
 	}
-	all := append([]ourWrite{lease}, others...)
-	gets := make([]*redis.StringCmd, len(all))
-	var expire *redis.BoolCmd
+	notOurs := fmt.Errorf("%w: %q: %w", ErrNotReplicated, lease.key, errNotOurs)
 	wait := redis.NewIntCmd(ctx, "wait", l.cfg.replicas, timeout.Milliseconds())
-	_, err := l.client.Pipelined(ctx, func(pipe redis.Pipeliner) error {
-		for i, w := range all {
-			gets[i] = pipe.Get(ctx, w.key)
+	// WAIT counts the writes of its own connection, so a write of ours goes
+	// first on it: a PEXPIRE of our lease's net, watched on our value (H10):
+	// a late copy of it is aborted by any later write to the key, so it
+	// never cuts a later, longer lease, ours or a successor's.
+	err := l.watch(ctx, lease.key, func(tx *redis.Tx, get *redis.StringCmd) error {
+		for i, w := range append([]ourWrite{lease}, others...) {
+			if i > 0 {
+				get = tx.Get(ctx, w.key)
+			}
+			if current, _, getErr := stringReply(get); getErr == nil && current != w.value {
+				return errors.Join(notOurs, unwatch(ctx, tx))
+			}
 		}
-		expire = pipe.PExpire(ctx, lease.key, l.safetyNet(length))
-		_ = pipe.Process(ctx, wait)
-		return nil
+		var expire *redis.BoolCmd
+		cmds, err := tx.TxPipelined(ctx, func(pipe redis.Pipeliner) error {
+			expire = pipe.PExpire(ctx, lease.key, l.safetyNet(length))
+			return nil
+		})
+		switch {
+		case errors.Is(err, redis.TxFailedErr):
+			return notOurs // the key changed since we read our value
+		case err != nil:
+			return withCause(cmds, err)
+		case !expire.Val():
+			return notOurs
+		}
+		return tx.Process(ctx, wait)
 	})
-	for i, w := range all {
-		if current, _, getErr := stringReply(gets[i]); getErr == nil && current != w.value {
-			return fmt.Errorf("%w: %q: %w", ErrNotReplicated, w.key, errNotOurs)
-		}
+	if errors.Is(err, errNotOurs) {
+		return err
 	}
 	if err != nil {
 		return fmt.Errorf("setnxlock: WAIT for the replicas of %q: %w", lease.key, err)
-	}
-	if !expire.Val() {
-		return fmt.Errorf("%w: %q: %w", ErrNotReplicated, lease.key, errNotOurs)
 	}
 	if acked := wait.Val(); acked < int64(l.cfg.replicas) {
 		return fmt.Errorf("%w: %q: %d of %d replicas acknowledged within %v", ErrNotReplicated, lease.key, acked, l.cfg.replicas, timeout)

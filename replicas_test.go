@@ -230,15 +230,18 @@ func (h sendTo) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proces
 	}
 }
 
-// The WAIT is believed only from the server that holds our write: sent to
-// another primary, whose own replica acknowledges at once a connection
-// that wrote nothing there, it grants nothing. On every path.
+// The WAIT is believed only from the server that holds our write: when the
+// connection it goes on reaches another primary (whose own replica would
+// acknowledge at once a connection that wrote nothing there), the watched
+// write WAIT counts finds no value of ours there, and nothing is granted.
+// On every path. WAIT follows that write on its connection, which go-redis
+// never re-dials inside a transaction.
 func TestWithReplicasCountsOnlyTheServerThatHoldsOurWrite(t *testing.T) {
 	r, elsewhere := startReplicated(t), startReplicated(t)
 	for _, p := range paths {
 		t.Run(p.name, func(t *testing.T) {
 			l := r.locker(t, p.opt)
-			l.client.(*redis.Client).AddHook(sendTo{name: "wait", other: elsewhere.onPrimary})
+			l.client.(*redis.Client).AddHook(sendTo{name: "watch", other: elsewhere.onPrimary})
 			_, err := l.TryAcquire(ctx, "lock.moved."+p.name)
 			assert.ErrorIs(t, err, ErrNotReplicated)
 			assert.ErrorIs(t, err, errNotOurs)
