@@ -416,14 +416,7 @@ func TestALateSafetyNetOfARecognisedWriteNeverCutsALease(t *testing.T) {
 		require.Error(t, err)
 		lock, err := l.TryAcquire(ctx, key)
 		require.NoError(t, err, "our own lease, recognised")
-		require.NoError(t, lock.Refresh(ctx, time.Minute))
-		lateCopiesLeaveTheLease(t, b, log, key, lock, "after a Refresh longer than TTL + grace")
-
-		require.NoError(t, lock.Release(ctx))
-		successor, err := b.locker(t, p.opt, WithTTL(time.Minute)).TryAcquire(ctx, key)
-		require.NoError(t, err)
-		lateCopiesLeaveTheLease(t, b, log, key, successor, "after a release, on the successor's lease")
-		require.NoError(t, successor.Release(ctx), "the successor still holds its lease")
+		lateCopiesLeaveALongRefreshAndTheSuccessor(t, b, log, key, lock, p)
 	})
 }
 
@@ -446,14 +439,23 @@ func TestALateReplicaCheckNeverCutsALease(t *testing.T) {
 
 			lock, err := l.TryAcquire(ctx, key)
 			require.NoError(t, err)
-			require.NoError(t, lock.Refresh(ctx, time.Minute))
-			lateCopiesLeaveTheLease(t, b, log, key, lock, "after a Refresh longer than TTL + grace")
-
-			require.NoError(t, lock.Release(ctx))
-			successor, err := b.locker(t, p.opt, WithTTL(time.Minute)).TryAcquire(ctx, key)
-			require.NoError(t, err)
-			lateCopiesLeaveTheLease(t, b, log, key, successor, "after a release, on the successor's lease")
-			require.NoError(t, successor.Release(ctx), "the successor still holds its lease")
+			lateCopiesLeaveALongRefreshAndTheSuccessor(t, b, log, key, lock, p)
 		})
 	}
+}
+
+// lateCopiesLeaveALongRefreshAndTheSuccessor refreshes lock for longer
+// than TTL + grace, checks the late copies of every write in log against
+// it, then releases it and checks them against a successor of a minute's
+// lease on path p.
+func lateCopiesLeaveALongRefreshAndTheSuccessor(t *testing.T, b *backend, log *writeLog, key string, lock *Lock, p lockPath) {
+	t.Helper()
+	require.NoError(t, lock.Refresh(ctx, time.Minute))
+	lateCopiesLeaveTheLease(t, b, log, key, lock, "after a Refresh longer than TTL + grace")
+
+	require.NoError(t, lock.Release(ctx))
+	successor, err := b.locker(t, p.opt, WithTTL(time.Minute)).TryAcquire(ctx, key)
+	require.NoError(t, err)
+	lateCopiesLeaveTheLease(t, b, log, key, successor, "after a release, on the successor's lease")
+	require.NoError(t, successor.Release(ctx), "the successor still holds its lease")
 }
