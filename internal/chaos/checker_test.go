@@ -491,3 +491,29 @@ func TestACallBegunAsItsProcessWasStoppedHoldsTheKey(t *testing.T) {
 	assert.Empty(t, r.Violations, "the key held the write of a call its stopped process could not use")
 	assert.Equal(t, 1, r.LateHolderWaits)
 }
+
+// A release hands the key to a queued waiter, whose claim writes its whole
+// lease, and the waiter's process is stopped right after, before its
+// Acquire returns: the key is held by a win its stopped process cannot
+// use, not free (seen in noscripts: a 325ms wait on a key claimed by a
+// process the harness paused 1ms before the sample).
+func TestAHandedKeyClaimedByAStoppedProcessHoldsTheKey(t *testing.T) {
+	a := acq("a", 0, 0, 1, 200, 10)
+	a.Expiry = ms(200).UnixMilli()
+	claimer := acq("p1.0/1", 0, 520, 521, 821, 530) // its claim at 11, reported after the resume
+	claimer.Called = ms(5)
+	claimer.Expiry = ms(311).UnixMilli()
+	stop := FaultAt{At: ms(12), Kind: FaultPause, Client: "p1.0/2", Until: ms(520)}
+	b := acq("b", 0, 329, 330, 630, 340)
+	b.Called = ms(5)
+	keys := []KeyState{
+		{At: ms(5), Key: "k", Value: fmt.Sprintf("%d:A", ms(200).UnixMilli()), Queue: []string{"L:W"}},
+		{At: ms(13), Key: "k", Value: fmt.Sprintf("%d:W", ms(311).UnixMilli())}, // handed to W, claimed with a whole lease
+		{At: ms(330), Key: "k", Value: "b"},
+	}
+	b100 := bounds
+	b100.FreeWait, b100.ClaimWindow = 100*time.Millisecond, 250*time.Millisecond
+	r := Check(History{Acquisitions: []Acquisition{a, b, claimer}, Keys: keys, Faults: []FaultAt{stop}, End: ms(1000)}, b100)
+	assert.Empty(t, r.Violations, "the key held the claim of a waiter whose process was stopped")
+	assert.Equal(t, 1, r.LateHolderWaits)
+}

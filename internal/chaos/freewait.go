@@ -304,7 +304,9 @@ func heldBy(states []KeyState, acqs []Acquisition, from, to time.Time, b Bounds,
 			}
 		case provisional && !reported:
 			legit, explains, unclaimed = legit+covered, true, true // it costs its claim window, by design
-		case handed && (!reported || holder.Granted.Sub(s.At) > b.FreeWait):
+		case handed && !stopped(s.At) && (!reported || holder.Granted.Sub(s.At) > b.FreeWait):
+			// (A handed key claimed by a waiter whose process was stopped
+			// right after is held by a win it cannot use: the case below.)
 			seen = append(seen, fmt.Sprintf("%s, handed by a release to the queue entry %s%s", s.Value, queued[token], claimed))
 		case reported || stopped(s.At):
 			legit, explains = legit+covered, true
