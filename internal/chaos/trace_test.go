@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/setnxlock/setnxlock"
 	"github.com/setnxlock/setnxlock/internal/faultproxy"
 	"github.com/setnxlock/setnxlock/internal/redisproc"
 	"github.com/stretchr/testify/assert"
@@ -66,4 +67,58 @@ func TestConnectionSetupIsNotAWriteThatCanWin(t *testing.T) {
 	assert.Zero(t, trace.sent.Load(), "a connection's setup")
 	require.NoError(t, run(ctx, []redis.Cmder{redis.NewStatusCmd(ctx, "multi"), redis.NewIntCmd(ctx, "incr", "k"), redis.NewSliceCmd(ctx, "exec")}))
 	assert.NotZero(t, trace.sent.Load(), "a transaction that can win")
+}
+
+// A Campaign gives up a lock it won when it cannot publish the record (a
+// context that ends while it publishes, OOM, a lease run out), and its
+// Resign is best effort: that lease may hold the key to its end, and the
+// history must count the call in doubt (a 321ms "free wait" in election
+// mode). The trace counts the wins inside one Campaign call by publish's
+// read of the record.
+func TestACampaignThatGaveUpAWinIsInDoubt(t *testing.T) {
+	bin, err := redisBinary()
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("CI needs redis-server: %v", err)
+		}
+		t.Skipf("no redis-server: %v", err)
+	}
+	server, err := redisproc.Start(redisproc.Config{Bin: bin, Dir: t.TempDir()})
+	require.NoError(t, err)
+	defer server.Kill()
+	client := redis.NewClient(&redis.Options{Addr: server.Addr()})
+	defer client.Close()
+	client.AddHook(traceHook{})
+	locker, err := setnxlock.New(client, setnxlock.WithTTL(time.Second))
+	require.NoError(t, err)
+	defer locker.Close()
+
+	campaign := func(name string) (*callTrace, error) {
+		trace := &callTrace{}
+		ctx, cancel := context.WithTimeout(context.WithValue(context.Background(), callKey{}, trace), 5*time.Second)
+		defer cancel()
+		lead, err := locker.Campaign(ctx, name, "v")
+		if err == nil {
+			require.NoError(t, lead.Resign(context.Background()))
+		}
+		return trace, err
+	}
+
+	trace, err := campaign("won")
+	require.NoError(t, err)
+	assert.EqualValues(t, 1, trace.wins.Load(), "one win, published")
+	assert.False(t, campaignInDoubt(trace, err), "a Campaign that won once and published")
+
+	// The record's key holds something else: publish refuses (H7) after
+	// the Acquire won, and the Campaign resigns and fails.
+	require.NoError(t, client.Set(context.Background(), setnxlock.LeaderKey("refused"), "not a record", 0).Err())
+	trace, err = campaign("refused")
+	require.Error(t, err)
+	assert.EqualValues(t, 1, trace.wins.Load(), "its Acquire won before publish refused")
+	assert.True(t, campaignInDoubt(trace, err), "a Campaign that failed after a win")
+
+	nothing := &callTrace{}
+	assert.False(t, campaignInDoubt(nothing, setnxlock.ErrNotAcquired), "a Campaign that never won")
+	nothing.wins.Store(2)
+	assert.True(t, campaignInDoubt(nothing, nil), "a Campaign that gave a win up before it won again")
 }

@@ -338,16 +338,10 @@ func (l *loop) acquire(ctx context.Context, key string, cancelAt time.Duration) 
 	if l.cfg.Locker.Election {
 		// ElectionKey(name) is key: key carries name as its hash tag.
 		lead, err := l.locker.Campaign(actx, strings.TrimSuffix(key, ".election"), l.name)
+		if campaignInDoubt(trace, err) {
+			trace.doubt.Store(true)
+		}
 		if err != nil {
-			if !errors.Is(err, setnxlock.ErrNotAcquired) {
-				// Campaign fails this way only after its Acquire won:
-				// publishing failed (an EXECABORT under OOM, say), and its
-				// Resign is best effort, refused as well under OOM, so the
-				// lease it won may hold the key to its end (seen: a 292ms
-				// free wait in election mode). An error reply is no doubt
-				// to the trace hook, which sees only the commands.
-				trace.doubt.Store(true)
-			}
 			return nil, trace, err
 		}
 		return heldLeadership{lead}, trace, nil
@@ -357,6 +351,21 @@ func (l *loop) acquire(ctx context.Context, key string, cancelAt time.Duration) 
 		return nil, trace, err
 	}
 	return heldLock{lock}, trace, nil
+}
+
+// campaignInDoubt reports whether a Campaign call that returned err may
+// have left a lease on its key that nobody reports. A lock Campaign won
+// and gave up (its record not published: an EXECABORT under OOM, a
+// context that ended while publishing, a lease that ran out first) is
+// resigned on a best-effort basis: a Resign refused or cut off leaves that
+// lease on the key to its end, unknown to the history (seen: free waits of
+// 292ms and, with the context ended, 321ms). So a Campaign that fails
+// after a win, or wins after giving one up, is a write in doubt. A failure
+// of another kind than ErrNotAcquired comes only after a win, whether or
+// not the trace saw it.
+func campaignInDoubt(trace *callTrace, err error) bool {
+	wins := trace.wins.Load()
+	return wins > 1 || (err != nil && (wins > 0 || !errors.Is(err, setnxlock.ErrNotAcquired)))
 }
 
 // release releases the lock, trying again after network errors as the
@@ -505,6 +514,18 @@ type callKey struct{}
 type callTrace struct {
 	sent  atomic.Int64 // when it last sent a command that can win a lock (Unix ns)
 	doubt atomic.Bool  // a command that can write the key failed without a reply
+	wins  atomic.Int32 // Campaign: how often its Acquire won inside the call (leaderRead)
+}
+
+// leaderRead reports whether cmd is Campaign's read of an election's
+// record: publish sends it once for each lock its Acquire won, before it
+// writes the record (setnxlock.LeaderKey names the record "<name>.leader").
+func leaderRead(cmd redis.Cmder) bool {
+	if cmd.Name() != "get" || len(cmd.Args()) != 2 {
+		return false
+	}
+	key, _ := cmd.Args()[1].(string)
+	return strings.HasSuffix(key, ".leader")
 }
 
 // sentAt is when the call last sent a command that can win a lock, or
@@ -582,6 +603,9 @@ func (h traceHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		switch cmd.Name() {
 		case "eval", "evalsha", "setnx": // the commands that can win a lock on their own
 			trace.sent.Store(start.UnixNano())
+		}
+		if leaderRead(cmd) {
+			trace.wins.Add(1)
 		}
 		sent := ctx.Err() == nil
 		err := next(ctx, cmd)
