@@ -14,13 +14,15 @@ TEST_TIMEOUT        ?= 5m
 
 .PHONY: test demo worker lint bench chaos soak fuzz interop-cronlock cli election failover
 
-## test: every test, with the race detector, on miniredis and on redis-server processes the tests start; a hang fails within TEST_TIMEOUT, printing every goroutine
+## test: every test, with the race detector (the library, internal/chaos, cmd/setnxlock, examples), on miniredis and on redis-server processes the tests start; a hang fails within TEST_TIMEOUT, printing every goroutine
 test:
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
 	@# internal/chaos is a module of its own (Porcupine stays out of the library's go.mod)
 	cd internal/chaos && $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
 	@# cmd/setnxlock is a module of its own too (pflag stays out of the library's go.mod); its tests run the built binary
 	cd cmd/setnxlock && $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
+	@# examples/ is a module of its own, so the embedded miniredis of its programs is no requirement of the library's packages
+	cd examples && $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
 
 ## cli: the command-line tool, built from this clone into bin/setnxlock (version from git describe)
 cli:
@@ -46,19 +48,20 @@ failover:
 
 ## demo: a crashed holder's lock recovered with GETSET, as a timeline (embedded miniredis; REDIS_ADDR=host:port for a real server)
 demo:
-	$(GO) run ./examples/crashrecovery
+	cd examples && $(GO) run ./crashrecovery
 
 ## worker: workers incrementing a Redis counter with and without the lock
 worker:
-	$(GO) run ./examples/worker
+	cd examples && $(GO) run ./worker
 
-## lint: gofmt, go vet and staticcheck must all be clean
+## lint: gofmt, go vet and staticcheck must all be clean, in the library and in each module beside it (internal/chaos, cmd/setnxlock, examples)
 lint:
 	@unformatted="$$(gofmt -l .)"; if [ -n "$$unformatted" ]; then echo "gofmt would change:"; echo "$$unformatted"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
 	cd internal/chaos && $(GO) vet ./... && $(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
 	cd cmd/setnxlock && $(GO) vet ./... && $(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
+	cd examples && $(GO) vet ./... && $(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
 
 ## bench: Go benchmarks, the uncontended ratio to a raw SETNX+DEL loop, then bench/ against bsm/redislock, redsync and sync.Mutex (writes docs/BENCHMARKS.md, docs/benchmarks.png; BENCH_FLAGS='-duration=2s -rounds=3' to change)
 bench:

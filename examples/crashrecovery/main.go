@@ -3,8 +3,8 @@
 // its critical section, so it never releases; a waiter is refused while the
 // lease is live and recovers the lock with GETSET once it has expired.
 //
-//	go run ./examples/crashrecovery              # embedded miniredis
-//	go run ./examples/crashrecovery -addr 127.0.0.1:6379
+//	cd examples && go run ./crashrecovery          # embedded miniredis
+//	cd examples && go run ./crashrecovery -addr 127.0.0.1:6379
 package main
 
 import (

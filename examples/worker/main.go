@@ -3,8 +3,8 @@
 // in Redis with GET and SET. Without the lock, updates are lost; with a
 // blocking Acquire around each increment, none are.
 //
-//	go run ./examples/worker                      # embedded miniredis
-//	go run ./examples/worker -addr 127.0.0.1:6379 -workers 8
+//	cd examples && go run ./worker               # embedded miniredis
+//	cd examples && go run ./worker -addr 127.0.0.1:6379 -workers 8
 package main
 
 import (
