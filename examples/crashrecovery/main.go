@@ -105,7 +105,7 @@ func run(addr, where string, ttl time.Duration) error {
 	if _, err := waiter.TryAcquire(ctx, key); err != nil {
 		t.event("waiter", "TryAcquire: %v", err)
 	}
-	t.event("waiter", "Acquire: waits with backoff, the last sleep cut short at the lease's end")
+	t.event("waiter", "Acquire: queues on the key and polls every 50ms, the last sleep cut short at the lease's end")
 	ctx, cancel := context.WithTimeout(ctx, 3*ttl)
 	defer cancel()
 	lock, err := waiter.Acquire(ctx, key)
@@ -122,7 +122,8 @@ func run(addr, where string, ttl time.Duration) error {
 
 // timeline prints events with the time since the demo started, and is a
 // go-redis hook that turns the waiter's commands into events. Attempts
-// refused by a live lease are counted rather than printed one by one.
+// refused by a live lease (the queued wait's polls) are counted rather
+// than printed one by one.
 type timeline struct {
 	start    time.Time
 	refused  int
@@ -144,9 +145,15 @@ func (t *timeline) DialHook(next redis.DialHook) redis.DialHook { return next }
 func (t *timeline) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		err := next(ctx, cmds)
-		if len(cmds) == 2 && cmds[0].Name() == "watch" {
+		switch cmds[0].Name() {
+		case "watch": // WATCH, GET (and the queue's head, on a release)
 			t.watching = true
-			if get, ok := cmds[1].(*redis.StringCmd); ok {
+			if get, ok := cmds[1].(*redis.StringCmd); len(cmds) > 1 && ok {
+				t.describe(get)
+			}
+			return err
+		case "get": // a queued wait's poll: GET, with its place in the queue
+			if get, ok := cmds[0].(*redis.StringCmd); ok {
 				t.describe(get)
 			}
 			return err
@@ -207,6 +214,6 @@ func (t *timeline) describe(cmd *redis.StringCmd) {
 		t.refused = 0
 		fallthrough
 	case name == "GET":
-		t.event("waiter", "SETNX -> 0, GET -> lease expired %v ago: the holder is gone", -left)
+		t.event("waiter", "GET -> lease expired %v ago: the holder is gone", -left)
 	}
 }
