@@ -1,6 +1,35 @@
 // Package setnxlock implements Redis locks with the classic algorithm of the
 // Redis SETNX command page, done as safely as that algorithm allows.
 //
+// Make one Locker per client and share it; take a lock, defer its release,
+// and do the work well inside the lease:
+//
+//	locker, err := setnxlock.New(client, setnxlock.WithTTL(30*time.Second))
+//	if err != nil {
+//		return err // ErrInvalidArgument: a nil client, a TTL below 1ms, ...
+//	}
+//	waitCtx, cancel := context.WithTimeout(ctx, 5*time.Second) // how long to wait for the lock
+//	defer cancel()
+//	lock, err := locker.Acquire(waitCtx, "lock.nightly-report")
+//	if errors.Is(err, setnxlock.ErrNotAcquired) {
+//		return err // held by someone else until waitCtx ended (matches context.DeadlineExceeded too)
+//	} else if err != nil {
+//		return err // ErrNotLockValue (the key holds something else), ErrInvalidArgument, ...
+//	}
+//	defer func() {
+//		if err := lock.Release(context.Background()); errors.Is(err, setnxlock.ErrNotHeld) {
+//			log.Print("the lease ran out before the release: someone else may have run too")
+//		}
+//	}()
+//	return work(lock.Context(ctx)) // cancelled if the lock is lost before the work ends
+//
+// TryAcquire makes one attempt and returns ErrNotAcquired at once when the
+// key is held. A lock is a lease: Refresh moves its end, WithAutoRefresh
+// renews it in the background, and Done, Err and Context tell its loss.
+// WithFencing adds a token that strictly increases from holder to holder,
+// for the protected resource to reject a stalled holder's late writes.
+// Campaign and Lead elect a leader on the same lock.
+//
 // A lock is a key whose value states when the holder's lease ends:
 //
 //  1. SETNX key <expiry>: 1 means the lock is ours.
@@ -17,7 +46,9 @@
 //
 // # The map
 //
-// Acquiring: Acquire (acquire.go) repeats one attempt, the page's three
+// The Locker (locker.go: New, TTL, Close) holds the client, the options
+// (options.go) and what the server allows. Acquiring: Acquire (acquire.go)
+// repeats one attempt, the page's three
 // steps plus recognising our own writes whose reply was lost (pending.go),
 // and waits in between (wait.go). The takeover of an expired lease is
 // deadlock.go; the transaction core every guarded write runs in is
@@ -51,7 +82,9 @@
 // (a lease's end as we believe it), fencing.go, observer.go, options.go,
 // errors.go; status.go reads a key from the outside (Status) and breaks it
 // (ForceRelease); replicas.go makes lease writes wait for replicas
-// (WithReplicas).
+// (WithReplicas). The release's owner check (H3) is ownercheck.go;
+// ownercheck_off.go, built only with the tag setnxlock_no_owner_check,
+// breaks it on purpose for the fault-injection harness's broken runs.
 //
 // Leader election rides on the lock: a candidate leads while it holds the
 // lock on ElectionKey(name), taken with a fencing token (its term) and
@@ -72,7 +105,7 @@
 //	H6  keys left forever: a relative PEXPIRE a grace past every lease (acquire.go, commands.go)
 //	H7  the key holds no lock value: ErrNotLockValue, the key untouched (value.go)
 //	H8  the holder stalls past its lease: Done, Err, Context, fencing tokens (lifecycle.go, fencing.go)
-//	H9  a restart without persistence, or a failover, loses the key: WithReplicas waits for replicas (replicas.go); the rest is documented (README)
+//	H9  a restart without persistence, or a failover, loses the key: WithReplicas waits for replicas (replicas.go); the rest is documented (docs/HOW-IT-WORKS.md)
 //	H10 a request arrives late, after later writes: every unconditional write only moves a lease forward (queue.go, lua/queued.lua)
 //	H11 the holder is cut off from Redis: the loss is signalled at the lease's end, whatever is in flight (turn.go, lifecycle.go, lease.go)
 //
