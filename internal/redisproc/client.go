@@ -63,6 +63,16 @@ func options(conn net.Conn, deadline time.Time) *redis.Options {
 	}
 }
 
+// Do sends one command to the server at addr on a connection of its own
+// and returns the reply as go-redis reads it (a status or bulk string is a
+// string, an integer an int64, an array an []any); the dial, the command
+// and its reply all end by deadline.
+func Do(addr string, deadline time.Time, args ...any) (any, error) {
+	return call(redis.NewClient, addr, deadline, func(ctx context.Context, c *redis.Client) (any, error) {
+		return c.Do(ctx, args...).Result()
+	})
+}
+
 // role is what ROLE says about a data server.
 type role struct {
 	name   string // "master" or "slave"
@@ -72,14 +82,13 @@ type role struct {
 
 // roleOf asks a data server for its ROLE, which go-redis has no helper for.
 func roleOf(addr string, deadline time.Time) (role, error) {
-	items, err := call(redis.NewClient, addr, deadline, func(ctx context.Context, c *redis.Client) ([]any, error) {
-		return c.Do(ctx, "ROLE").Slice()
-	})
+	v, err := Do(addr, deadline, "ROLE")
 	if err != nil {
 		return role{}, err
 	}
-	if len(items) == 0 {
-		return role{}, fmt.Errorf("unexpected ROLE reply %v", items)
+	items, ok := v.([]any)
+	if !ok || len(items) == 0 {
+		return role{}, fmt.Errorf("unexpected ROLE reply %v", v)
 	}
 	r := role{}
 	r.name, _ = items[0].(string)
