@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"gonum.org/v1/gonum/stat"
 )
 
 // excludedCommands are not the contenders' work: the benchmark's own
@@ -141,13 +143,16 @@ func median(xs []float64) float64 {
 }
 
 // percentile returns the p-th percentile (0 < p ≤ 100) of sorted by the
-// nearest-rank method.
+// nearest-rank method (gonum's Empirical quantile), or 0 for no samples.
 func percentile(sorted []time.Duration, p float64) time.Duration {
 	if len(sorted) == 0 {
 		return 0
 	}
-	rank := int(float64(len(sorted))*p/100+0.999999) - 1
-	return sorted[min(max(rank, 0), len(sorted)-1)]
+	xs := make([]float64, len(sorted))
+	for i, d := range sorted {
+		xs[i] = float64(d)
+	}
+	return time.Duration(stat.Quantile(p/100, stat.Empirical, xs, nil))
 }
 
 // result is everything measured for one library in one case over the

@@ -10,7 +10,7 @@
 package redisproc
 
 import (
-	"bufio"
+	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -22,6 +22,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // BinaryEnv names an environment variable that overrides where the
@@ -214,25 +216,17 @@ func (s *Server) launch() error {
 	return fmt.Errorf("redis-server did not answer PING on %s within %v: %s", s.Addr(), s.cfg.Ready, s.LogTail())
 }
 
-// Ping speaks just enough RESP to learn whether a server is serving.
+// Ping reports whether the server (or sentinel) at addr is serving: it
+// answers PING with PONG within 500ms, which one still loading its data
+// does not (LOADING).
 func Ping(addr string) error {
-	conn, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
-	if err != nil {
-		return err
+	pong, err := call(redis.NewClient, addr, time.Now().Add(500*time.Millisecond), func(ctx context.Context, c *redis.Client) (string, error) {
+		return c.Ping(ctx).Result()
+	})
+	if err == nil && pong != "PONG" {
+		err = fmt.Errorf("unexpected reply %q", pong)
 	}
-	defer conn.Close()
-	_ = conn.SetDeadline(time.Now().Add(500 * time.Millisecond))
-	if _, err := conn.Write([]byte("PING\r\n")); err != nil {
-		return err
-	}
-	line, err := bufio.NewReader(conn).ReadString('\n')
-	if err != nil {
-		return err
-	}
-	if !strings.HasPrefix(line, "+PONG") {
-		return fmt.Errorf("unexpected reply %q", strings.TrimSpace(line))
-	}
-	return nil
+	return err
 }
 
 // freePort asks the kernel for a loopback port that is free right now;

@@ -1,8 +1,10 @@
 package redisproc
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -11,6 +13,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // DefaultMasterName is the name the sentinels monitor the primary under
@@ -418,7 +422,10 @@ func (d *Sentinel) Resume(s *Server) error {
 // rejoin makes s a replica of p unless it is p, and waits for health.
 func (d *Sentinel) rejoin(s, p *Server) error {
 	if s != p {
-		if _, err := do(s.Addr(), time.Now().Add(d.cfg.Ready), "REPLICAOF", "127.0.0.1", strconv.Itoa(p.Port())); err != nil {
+		_, err := call(redis.NewClient, s.Addr(), time.Now().Add(d.cfg.Ready), func(ctx context.Context, c *redis.Client) (string, error) {
+			return c.ReplicaOf(ctx, "127.0.0.1", strconv.Itoa(p.Port())).Result()
+		})
+		if err != nil {
 			return fmt.Errorf("redisproc: REPLICAOF %s on %s: %w", p.Addr(), s.Addr(), err)
 		}
 	}
@@ -470,20 +477,16 @@ func (d *Sentinel) primary(deadline time.Time) (*Server, error) {
 
 // masterAddr asks one sentinel for the primary's host:port.
 func (d *Sentinel) masterAddr(s *Server, deadline time.Time) (string, error) {
-	v, err := do(s.Addr(), deadline, "SENTINEL", "GET-MASTER-ADDR-BY-NAME", d.cfg.MasterName)
+	hostPort, err := call(redis.NewSentinelClient, s.Addr(), deadline, func(ctx context.Context, c *redis.SentinelClient) ([]string, error) {
+		return c.GetMasterAddrByName(ctx, d.cfg.MasterName).Result()
+	})
 	if err != nil {
 		return "", err
 	}
-	items, ok := v.([]any)
-	if !ok || len(items) != 2 {
-		return "", fmt.Errorf("GET-MASTER-ADDR-BY-NAME %s: unexpected reply %v", d.cfg.MasterName, v)
+	if len(hostPort) != 2 {
+		return "", fmt.Errorf("GET-MASTER-ADDR-BY-NAME %s: unexpected reply %v", d.cfg.MasterName, hostPort)
 	}
-	host, ok1 := items[0].(string)
-	port, ok2 := items[1].(string)
-	if !ok1 || !ok2 {
-		return "", fmt.Errorf("GET-MASTER-ADDR-BY-NAME %s: unexpected reply %v", d.cfg.MasterName, v)
-	}
-	return host + ":" + port, nil
+	return net.JoinHostPort(hostPort[0], hostPort[1]), nil
 }
 
 // unhealthy returns what keeps the deployment from being healthy (see
@@ -528,33 +531,28 @@ func (d *Sentinel) unhealthy(deadline time.Time) string {
 // or "".
 func (d *Sentinel) sentinelUnhealthy(s *Server, replicas []*Server, deadline time.Time) string {
 	name := d.cfg.MasterName
-	v, err := do(s.Addr(), step(deadline), "SENTINEL", "MASTER", name)
-	if err != nil {
-		return fmt.Sprintf("SENTINEL MASTER: %v", err)
-	}
-	master, err := fields(v)
+	master, err := call(redis.NewSentinelClient, s.Addr(), step(deadline), func(ctx context.Context, c *redis.SentinelClient) (map[string]string, error) {
+		return c.Master(ctx, name).Result()
+	})
 	if err != nil {
 		return fmt.Sprintf("SENTINEL MASTER: %v", err)
 	}
 	if master["flags"] != "master" {
 		return fmt.Sprintf("sees the primary %s:%s as %q", master["ip"], master["port"], master["flags"])
 	}
-	v, err = do(s.Addr(), step(deadline), "SENTINEL", "REPLICAS", name)
-	if err != nil {
-		return fmt.Sprintf("SENTINEL REPLICAS: %v", err)
-	}
-	known, err := fieldsList(v)
+	known, err := call(redis.NewSentinelClient, s.Addr(), step(deadline), func(ctx context.Context, c *redis.SentinelClient) ([]map[string]string, error) {
+		return c.Replicas(ctx, name).Result()
+	})
 	if err != nil {
 		return fmt.Sprintf("SENTINEL REPLICAS: %v", err)
 	}
 	if notYet := seesUp(known, replicas, "slave"); notYet != "" {
 		return notYet
 	}
-	v, err = do(s.Addr(), step(deadline), "SENTINEL", "SENTINELS", name)
+	known, err = call(redis.NewSentinelClient, s.Addr(), step(deadline), func(ctx context.Context, c *redis.SentinelClient) ([]map[string]string, error) {
+		return c.Sentinels(ctx, name).Result()
+	})
 	if err != nil {
-		return fmt.Sprintf("SENTINEL SENTINELS: %v", err)
-	}
-	if known, err = fieldsList(v); err != nil {
 		return fmt.Sprintf("SENTINEL SENTINELS: %v", err)
 	}
 	var peers []*Server

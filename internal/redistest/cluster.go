@@ -1,17 +1,13 @@
 package redistest
 
 import (
-	"bufio"
-	"errors"
 	"fmt"
-	"io"
-	"net"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/setnxlock/setnxlock/internal/redisproc"
-	"time"
 )
 
 // clusterSlots is the number of hash slots of a Redis Cluster.
@@ -71,9 +67,9 @@ func startClusterNode(tb testing.TB, bin string) *Server {
 func (c *Cluster) create() error {
 	for i, n := range c.nodes {
 		first, last := i*clusterSlots/len(c.nodes), (i+1)*clusterSlots/len(c.nodes)-1
-		args := []string{"CLUSTER", "ADDSLOTS"} // ADDSLOTSRANGE would need Redis 7
+		args := []any{"CLUSTER", "ADDSLOTS"} // ADDSLOTSRANGE would need Redis 7
 		for slot := first; slot <= last; slot++ {
-			args = append(args, strconv.Itoa(slot))
+			args = append(args, slot)
 		}
 		if _, err := command(n.Addr(), args...); err != nil {
 			return fmt.Errorf("%s: CLUSTER ADDSLOTS %d-%d: %w", n.Addr(), first, last, err)
@@ -151,48 +147,11 @@ func (c *Cluster) logTails() string {
 	return strings.Join(tails, "; ")
 }
 
-// command sends one command and returns its reply: a status, an integer or
-// a bulk string; an error reply is returned as an error. It is just enough
-// RESP to set up a cluster without a client library.
-func command(addr string, args ...string) (string, error) {
-	conn, err := net.DialTimeout("tcp", addr, time.Second)
+// command sends one command to a node and returns its reply as text.
+func command(addr string, args ...any) (string, error) {
+	reply, err := redisproc.Do(addr, time.Now().Add(5*time.Second), args...)
 	if err != nil {
 		return "", err
 	}
-	defer conn.Close()
-	_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
-	var req strings.Builder
-	fmt.Fprintf(&req, "*%d\r\n", len(args))
-	for _, a := range args {
-		fmt.Fprintf(&req, "$%d\r\n%s\r\n", len(a), a)
-	}
-	if _, err := conn.Write([]byte(req.String())); err != nil {
-		return "", err
-	}
-	r := bufio.NewReader(conn)
-	line, err := r.ReadString('\n')
-	if err != nil {
-		return "", err
-	}
-	line = strings.TrimSuffix(line, "\r\n")
-	if line == "" {
-		return "", errors.New("empty reply")
-	}
-	switch line[0] {
-	case '+', ':':
-		return line[1:], nil
-	case '-':
-		return "", errors.New(line[1:])
-	case '$':
-		n, err := strconv.Atoi(line[1:])
-		if err != nil || n < 0 {
-			return "", fmt.Errorf("unexpected bulk header %q", line)
-		}
-		buf := make([]byte, n+2)
-		if _, err := io.ReadFull(r, buf); err != nil {
-			return "", err
-		}
-		return string(buf[:n]), nil
-	}
-	return "", fmt.Errorf("unexpected reply %q", line)
+	return fmt.Sprint(reply), nil
 }
