@@ -74,7 +74,8 @@ func WithTTL(d time.Duration) Option {
 // WithClock sets the clock the Locker reads to write expiries and to decide
 // whether a lease has expired (default: the local system clock). All
 // processes locking the same keys must agree on time within a bound far
-// smaller than the TTL; see the README's section on clock skew.
+// smaller than the TTL; see docs/HOW-IT-WORKS.md, Guarantees and their
+// assumptions.
 func WithClock(clock Clock) Option {
 	return func(c *config) error {
 		if clock == nil {

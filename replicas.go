@@ -55,7 +55,7 @@ import (
 // shorter than the client's ReadTimeout, which bounds how long go-redis
 // waits for WAIT's reply. Whether n replicas exist is the server's to say:
 // with fewer, every acquisition fails with ErrNotReplicated. What it does
-// not cover is in the README's guarantees.
+// not cover is in docs/HOW-IT-WORKS.md, Guarantees and their assumptions.
 func WithReplicas(n int, timeout time.Duration) Option {
 	return func(c *config) error {
 		switch {
