@@ -47,8 +47,7 @@ func (f Format) String() string {
 // WithFormat sets the format the Locker writes (default TokenFormat). The
 // bare-timestamp formats carry no owner token, so ownership falls back to
 // comparing the exact value, which is weaker: see docs/INTEROPERABILITY.md
-// before choosing one for anything but sharing
-// keys with classic clients.
+// before choosing one for anything but sharing keys with classic clients.
 func WithFormat(f Format) Option {
 	return func(c *config) error {
 		if f < TokenFormat || f > FloatSeconds {
