@@ -98,33 +98,11 @@ func sliceOf(v any) []any {
 	return s
 }
 
-// afterHook runs fn on each command after the server answered it; a
-// non-nil error replaces the command's outcome.
-type afterHook struct{ fn func(redis.Cmder) error }
-
-func (h afterHook) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (h afterHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		err := next(ctx, cmd)
-		if err == nil {
-			if lost := h.fn(cmd); lost != nil {
-				return lost
-			}
-		}
-		return err
-	}
-}
-
-func (h afterHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
-}
-
 // Finding 1 (H5; one owner per value): a queued attempt's value carries
 // its wait's token and belongs to that wait alone. Schedule: H holds k;
-// worker 1 of Locker L queues; H releases with a plain DEL (a holder that
-// does not hand over); worker 1's next attempt creates k and its reply is
-// lost; worker 2 of L tries k. Before, the Locker remembered worker 1's
+// worker 1 of Locker L queues; H releases and frees k (barging: worker 1
+// has waited nothing by the clock); worker 1's next attempt creates k and
+// its reply is lost; worker 2 of L tries k. Before, the Locker remembered worker 1's
 // value for any of its attempts: worker 2 was granted it, and worker 1's
 // next poll too, two Locks on one key.
 func TestAQueuedWaitsValueBelongsToThatWaitAlone(t *testing.T) {
@@ -496,15 +474,13 @@ func TestCloseTakesWaitsOutOfTheQueue(t *testing.T) {
 // wait: woken by pub/sub (a fencing Locker) and queued.
 func TestAWaitEndsWithItsContextWhileItsSubscriptionHangs(t *testing.T) {
 	patient := func(c *config) error { c.subscribeTimeout = time.Hour; return nil }
-	kinds := []struct {
+	type kind struct {
 		name string
 		opts []Option
-	}{{"woken by pub/sub", []Option{scripted, WithFencing(), patient}}}
+	}
+	kinds := []kind{{"woken by pub/sub", []Option{scripted, WithFencing(), patient}}}
 	for _, p := range queueingPaths {
-		kinds = append(kinds, struct {
-			name string
-			opts []Option
-		}{"queued/" + p.name, []Option{p.opt, patient}})
+		kinds = append(kinds, kind{"queued/" + p.name, []Option{p.opt, patient}})
 	}
 	for _, kind := range kinds {
 		t.Run(kind.name, func(t *testing.T) {
