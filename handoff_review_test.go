@@ -117,7 +117,8 @@ func (h countingHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.
 //     for good, though the queue was never refused.
 //
 // Breaks "transient is not refused" (network errors never switch a
-// feature off). Effect: the Locker never queues or hands over again.
+// feature off). Effect: the Locker never queues or hands over again. The
+// scripts' own: a script names every key it touches.
 func TestALostReplyInTheReleaseCascadeSwitchesNothingOff(t *testing.T) {
 	b := realServer(t)
 	client := restrictedClient(t, b, "nomarker", "resetkeys", "~lock.*", "~{lock.*}.waiters", "&*", "+@all")
@@ -235,6 +236,8 @@ func TestAShortLeaseWaiterCutsNobodysPlaceShort(t *testing.T) {
 //     releases it within W's Locker's linger: handOn hands it to E, its
 //     Locker "hears" it and drops it (the wait is over): held by nobody
 //     for the claim window.
+//
+// A move between the transports: the scripts' own.
 func TestAWinOnTheCommandFallbackLeavesTheQueue(t *testing.T) {
 	b := realServer(t)
 	holder, err := b.locker(t).TryAcquire(ctx, "lock.k") // classic: releases with DEL
@@ -307,6 +310,9 @@ func TestAForeignValueAtOneQueueStopsOnlyThatWaitQueueing(t *testing.T) {
 //     the marker now holds W's value;
 //  4. A's resend finds the key not A's and the marker not A's: Release
 //     reports ErrNotHeld, a false alarm that A's lease was lost.
+//
+// The scripts' own, as the marker is: go-redis never resends a watched
+// EXEC.
 func TestAResentReleaseKnowsItsWorkAfterTheNextHolderReleased(t *testing.T) {
 	onEachBackend(t, func(t *testing.T, b *backend) {
 		p := faultproxy.Start(t, b.addr)

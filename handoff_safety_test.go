@@ -395,7 +395,8 @@ func TestWaitersAreServedInArrivalOrderHoweverOftenTheyPoll(t *testing.T) {
 // reply was lost; the second run finds the key freed, or handed on, by the
 // first. Before, Release then reported ErrNotHeld, a false alarm that the
 // lease was lost. The release marker lets the second run know its own
-// work.
+// work. The scripts' own: go-redis never resends a watched EXEC. A lost
+// handoff's reply on either transport is queue_contract_test.go's.
 func TestAReleaseResentAfterALostReplyKnowsItsOwnWork(t *testing.T) {
 	for _, queued := range []bool{false, true} {
 		t.Run(map[bool]string{false: "deleted", true: "handed over"}[queued], func(t *testing.T) {
@@ -429,7 +430,8 @@ func TestAReleaseResentAfterALostReplyKnowsItsOwnWork(t *testing.T) {
 // Finding 4, the way out when scripts are refused mid-wait: the leave
 // script can no longer run, so the wait leaves with commands (ZREM, and a
 // watched delete of a key carrying its token), and waits for wake-ups.
-// Before, nothing removed the entry.
+// Before, nothing removed the entry. A move between the transports: the
+// scripts' own.
 func TestAWaitWhoseScriptsAreRevokedLeavesTheQueue(t *testing.T) {
 	b := realServer(t)
 	holder, err := b.locker(t, scripted).TryAcquire(ctx, "lock.k")
