@@ -3,6 +3,7 @@ package setnxlock
 import (
 	"context"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -184,8 +185,9 @@ func TestAWaiterThatGivesUpLeavesTheQueueAndHandsOnALateHandoff(t *testing.T) {
 				require.NoError(t, err)
 				client := b.client(t)
 				leaving := gateStep(t, client, stepLeave)
+				lost := new(atomic.Bool)
 				if tc.lose {
-					loseStepReply(client, stepLeave)
+					lost = loseStepReply(client, stepLeave)
 				}
 				l := b.lockerOn(t, client, path)
 				warm(t, l)
@@ -210,6 +212,7 @@ func TestAWaiterThatGivesUpLeavesTheQueueAndHandsOnALateHandoff(t *testing.T) {
 				require.Equal(t, entryToken(entry), tokenOf(b.value(t, "lock.k")), "handed to the wait that gave up")
 				leaving.pass()
 				require.ErrorIs(t, await.Recv(t, gaveUp, "the Acquire whose context ended"), ErrNotAcquired)
+				require.Equal(t, tc.lose, lost.Load(), "the leave's reply lost")
 				require.NotEqual(t, entryToken(entry), tokenOf(b.value(t, "lock.k")), "the leave hands on the key handed to it")
 				if !tc.next {
 					assert.Equal(t, "<missing>", b.value(t, "lock.k"), "deleted: nobody else waits")

@@ -107,9 +107,9 @@ func (h stepHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proc
 }
 
 // loseStepReply makes the client's first run of step reach the server and
-// be applied, but report its reply lost (H5).
-func loseStepReply(c *redis.Client, step queueStep) {
-	var lost atomic.Bool
+// be applied, but report its reply lost (H5), and reports whether it has.
+func loseStepReply(c *redis.Client, step queueStep) *atomic.Bool {
+	lost := new(atomic.Bool)
 	hookStep(c, step, func(send func() error, cmds []redis.Cmder) error {
 		err := send()
 		if step.sentBy(cmds) && lost.CompareAndSwap(false, true) {
@@ -117,6 +117,7 @@ func loseStepReply(c *redis.Client, step queueStep) {
 		}
 		return err
 	})
+	return lost
 }
 
 // gateStep stops the client before its first run of step (not stepClaim,
@@ -183,7 +184,7 @@ func TestAWaitWhoseQueueingReplyWasLostKeepsItsPlace(t *testing.T) {
 		holder, err := b.locker(t, path).TryAcquire(ctx, "lock.k")
 		require.NoError(t, err)
 		firstClient := b.client(t)
-		loseStepReply(firstClient, stepQueue)
+		lost := loseStepReply(firstClient, stepQueue)
 		first := b.lockerOn(t, firstClient, path)
 		warm(t, first)
 		s := newServings(2)
@@ -191,6 +192,7 @@ func TestAWaitWhoseQueueingReplyWasLostKeepsItsPlace(t *testing.T) {
 		entry := b.queued(t, "lock.k", 1)[0]
 		s.wait(t, "second", b.locker(t, path), "lock.k")
 		entries := b.queued(t, "lock.k", 2)
+		require.True(t, lost.Load(), "the reply of the write that queued the first wait was lost")
 		assert.Equal(t, entry, entries[0], "the wait whose reply was lost is first in line")
 
 		require.NoError(t, holder.Release(ctx))
@@ -208,7 +210,7 @@ func TestAClaimWhoseReplyWasLostStillHoldsTheKey(t *testing.T) {
 		holder, err := b.locker(t, path).TryAcquire(ctx, "lock.k")
 		require.NoError(t, err)
 		client := b.client(t)
-		loseStepReply(client, stepClaim)
+		lost := loseStepReply(client, stepClaim)
 		w := b.lockerOn(t, client, path)
 		warm(t, w)
 		waiter := acquireInBackground(t, w, "lock.k")
@@ -217,6 +219,7 @@ func TestAClaimWhoseReplyWasLostStillHoldsTheKey(t *testing.T) {
 		require.NoError(t, holder.Release(ctx))
 		lock := await.Recv(t, waiter, "the waiter's Acquire")
 		require.NotNil(t, lock)
+		require.True(t, lost.Load(), "the claim's reply was lost")
 		assert.Equal(t, entryToken(entry), lock.token)
 		require.Equal(t, lock.value, b.value(t, "lock.k"), "the waiter holds the key with its own lease")
 		states, err := parseExpiry(lock.value)
