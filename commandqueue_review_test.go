@@ -59,72 +59,67 @@ func (u *unheardHandoff) ProcessPipelineHook(next redis.ProcessPipelineHook) red
 // its token at its next poll and claims the key with a lease of its own,
 // which carries the same token: the releaser's hand-on then takes the
 // waiter's live lease (deletes it here, or hands it to the next waiter).
+// The gap between the handoff and its hand-on is the command transport's
+// (release.lua hands on within the one script), so the releaser is on the
+// commands; the waiter is on every queueing path.
 func TestAnUnheardHandoffIsNotHandedOnAfterTheWaiterClaimedIt(t *testing.T) {
-	for _, p := range queueingPaths[1:] {
-		t.Run(p.name, func(t *testing.T) {
-			onEachBackend(t, func(t *testing.T, b *backend) {
-				releaserClient := b.client(t)
-				u := &unheardHandoff{gate: &gate{arrived: make(chan struct{}), open: make(chan struct{})}}
-				t.Cleanup(u.gate.pass)
-				releaserClient.AddHook(u)
-				holder, err := b.lockerOn(t, releaserClient, p.opt).TryAcquire(ctx, "lock.k")
-				require.NoError(t, err)
-				waiter := acquireInBackground(t, b.locker(t, p.opt), "lock.k")
-				entry := b.queued(t, "lock.k", 1)[0]
-
-				u.armed.Store(true)
-				released := make(chan error, 1)
-				go func() { released <- holder.Release(ctx) }()
-				u.gate.wait(t) // the handoff is written, and nobody heard it
-				lock := await.Recv(t, waiter, "the waiter's Acquire, by its poll")
-				require.NotNil(t, lock)
-				assert.Equal(t, entryToken(entry), lock.token)
-				require.Equal(t, lock.value, b.value(t, "lock.k"), "the waiter holds the key with its own lease")
-
-				u.gate.pass()
-				require.NoError(t, await.Recv(t, released, "the release"))
-				assert.Equal(t, lock.value, b.value(t, "lock.k"), "the releaser's hand-on must not touch the waiter's live lease")
-				_, err = b.locker(t, p.opt).TryAcquire(ctx, "lock.k")
-				assert.ErrorIs(t, err, ErrNotAcquired, "a second holder while the waiter holds")
+	for _, releaser := range queueingPaths[1:] {
+		t.Run("released on "+releaser.name, func(t *testing.T) {
+			onEachQueueingPath(t, func(t *testing.T, b *backend, path Option) {
+				anUnheardHandoffClaimedByAPoll(t, b, releaser.opt, []Option{path}, func(lock *Lock, provisional string) {})
 			})
 		})
 	}
 }
 
 // X1 (issue 23): F1 again, across the transports. A command-path releaser
-// hands the key to a scripted waiter with P = (now+claimWindow):<token>,
-// and nobody hears it. The waiter's poll claims the key with a lease of
-// its TTL by its clock: with a TTL of claimWindow and the clocks together,
-// that lease is the very value P. The releaser's hand-on of its unheard
-// handoff recognises P by exact equality and takes the waiter's live lease.
-// A claim never writes the value it found, on either transport (queue.go).
-func TestAScriptedClaimNeverWritesTheProvisionalValueItFound(t *testing.T) {
-	onEachBackend(t, func(t *testing.T, b *backend) {
-		releaserClient := b.client(t)
-		u := &unheardHandoff{gate: &gate{arrived: make(chan struct{}), open: make(chan struct{})}}
-		t.Cleanup(u.gate.pass)
-		releaserClient.AddHook(u)
-		holder, err := b.lockerOn(t, releaserClient, queueingPaths[1].opt).TryAcquire(ctx, "lock.k")
-		require.NoError(t, err)
-		waiter := acquireInBackground(t, b.locker(t, scripted, WithTTL(claimWindow)), "lock.k")
-		b.queued(t, "lock.k", 1)
-
-		u.armed.Store(true)
-		released := make(chan error, 1)
-		go func() { released <- holder.Release(ctx) }()
-		u.gate.wait(t) // the handoff is written, and nobody heard it
-		provisional := b.value(t, "lock.k")
-		lock := await.Recv(t, waiter, "the waiter's Acquire, by its poll")
-		require.NotNil(t, lock)
-		require.Equal(t, formatValue(lock.ExpiresAt(), lock.token), provisional, "the schedule: the waiter's own lease states P's end")
-		require.Equal(t, lock.value, b.value(t, "lock.k"), "the waiter holds the key with the value it claimed")
-
-		u.gate.pass()
-		require.NoError(t, await.Recv(t, released, "the release"))
-		assert.Equal(t, lock.value, b.value(t, "lock.k"), "the releaser's hand-on must not take the waiter's live lease")
-		_, err = b.locker(t, scripted).TryAcquire(ctx, "lock.k")
-		assert.ErrorIs(t, err, ErrNotAcquired, "a second holder while the waiter holds")
+// hands the key to a waiter with P = (now+claimWindow):<token>, and nobody
+// hears it. The waiter's poll claims the key with a lease of its TTL by
+// its clock: with a TTL of claimWindow and the clocks together, that lease
+// is the very value P. The releaser's hand-on of its unheard handoff
+// recognises P by exact equality and takes the waiter's live lease. A
+// claim never writes the value it found, on either transport (queue.go):
+// the waiter is on every queueing path.
+func TestAClaimNeverWritesTheProvisionalValueItFound(t *testing.T) {
+	onEachQueueingPath(t, func(t *testing.T, b *backend, path Option) {
+		anUnheardHandoffClaimedByAPoll(t, b, queueingPaths[1].opt, []Option{path, WithTTL(claimWindow)}, func(lock *Lock, provisional string) {
+			require.Equal(t, formatValue(lock.ExpiresAt(), lock.token), provisional, "the schedule: the waiter's own lease states P's end")
+		})
 	})
+}
+
+// anUnheardHandoffClaimedByAPoll: a releaser on releaserPath hands lock.k
+// to a waiter with waiterOpts and nobody hears it; the waiter's poll claims
+// the key, and schedule checks its lease against the provisional value
+// found. Then the releaser goes on to hand on its unheard handoff: it must
+// leave the waiter's live lease alone.
+func anUnheardHandoffClaimedByAPoll(t *testing.T, b *backend, releaserPath Option, waiterOpts []Option, schedule func(lock *Lock, provisional string)) {
+	t.Helper()
+	releaserClient := b.client(t)
+	u := &unheardHandoff{gate: &gate{arrived: make(chan struct{}), open: make(chan struct{})}}
+	t.Cleanup(u.gate.pass)
+	releaserClient.AddHook(u)
+	holder, err := b.lockerOn(t, releaserClient, releaserPath).TryAcquire(ctx, "lock.k")
+	require.NoError(t, err)
+	waiter := acquireInBackground(t, b.locker(t, waiterOpts...), "lock.k")
+	entry := b.queued(t, "lock.k", 1)[0]
+
+	u.armed.Store(true)
+	released := make(chan error, 1)
+	go func() { released <- holder.Release(ctx) }()
+	u.gate.wait(t) // the handoff is written, and nobody heard it
+	provisional := b.value(t, "lock.k")
+	lock := await.Recv(t, waiter, "the waiter's Acquire, by its poll")
+	require.NotNil(t, lock)
+	assert.Equal(t, entryToken(entry), lock.token)
+	schedule(lock, provisional)
+	require.Equal(t, lock.value, b.value(t, "lock.k"), "the waiter holds the key with the value it claimed")
+
+	u.gate.pass()
+	require.NoError(t, await.Recv(t, released, "the release"))
+	assert.Equal(t, lock.value, b.value(t, "lock.k"), "the releaser's hand-on must not take the waiter's live lease")
+	_, err = b.locker(t, waiterOpts...).TryAcquire(ctx, "lock.k")
+	assert.ErrorIs(t, err, ErrNotAcquired, "a second holder while the waiter holds")
 }
 
 // failZRemOnce makes a client's next ZREM sent alone, once armed, fail
@@ -168,6 +163,12 @@ func (g *gateLoneZRange) ProcessPipelineHook(next redis.ProcessPipelineHook) red
 	return next
 }
 
+// F2 is the command transport's own: a queued win there is SET NX, and
+// taking the entry off the queue a ZREM of its own that may fail; a leave
+// reads the key and wakes the head in round trips of their own. On the
+// scripts the win takes the entry off in the same script (queued.lua), and
+// the leave reads and wakes in one (leave.lua), so neither schedule exists.
+//
 // F2. A queued attempt that wins by SET NX and then fails to take its
 // entry off the queue (dequeue: a broken connection, or simply Acquire's
 // context ending right then) records the entry as abandoned, although the
@@ -303,17 +304,25 @@ func TestAThresholdOfZeroHandsOverWhateverTheClocks(t *testing.T) {
 }
 
 // queueTouched plays the queued waiters' re-polls: before each MULTI/EXEC
-// the client sends, PEXPIRE on key's queue, as enqueue (and queued.lua)
-// sends at every re-poll of a queued waiter, since the queue's PTTL is
-// below the waiter's net from the first millisecond on.
+// the client sends, and before its release's script, PEXPIRE on key's
+// queue, as enqueue (and queued.lua) sends at every re-poll of a queued
+// waiter, since the queue's PTTL is below the waiter's net from the first
+// millisecond on.
 type queueTouched struct {
 	raw *redis.Client
 	key string
 	net time.Duration
 }
 
-func (q queueTouched) DialHook(next redis.DialHook) redis.DialHook          { return next }
-func (q queueTouched) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (q queueTouched) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (q queueTouched) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if stepHandoff.sentBy([]redis.Cmder{cmd}) {
+			_ = q.raw.PExpire(ctx, waitersKey(q.key), q.net).Err()
+		}
+		return next(ctx, cmd)
+	}
+}
 func (q queueTouched) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		if len(cmds) > 2 && cmds[0].Name() == "multi" {
@@ -330,26 +339,24 @@ func (q queueTouched) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.
 // maxTransactionAttempts the Release fails (the Lock in doubt, the key
 // held until its lease ends), although nothing relevant changed.
 func TestAReleaseIsNotFailedByWaitersRefreshingTheQueue(t *testing.T) {
-	for _, p := range queueingPaths[1:] {
-		t.Run(p.name, func(t *testing.T) {
-			onEachBackend(t, func(t *testing.T, b *backend) {
-				client := b.client(t)
-				client.AddHook(queueTouched{raw: b.raw, key: "lock.k", net: 20 * time.Second})
-				holder, err := b.lockerOn(t, client, p.opt).TryAcquire(ctx, "lock.k")
-				require.NoError(t, err)
-				waiter := stalledWaiter(t, b, "lock.k", p.opt)
-				b.queued(t, "lock.k", 1)
+	onEachQueueingPath(t, func(t *testing.T, b *backend, path Option) {
+		client := b.client(t)
+		client.AddHook(queueTouched{raw: b.raw, key: "lock.k", net: 20 * time.Second})
+		l := b.lockerOn(t, client, path)
+		warm(t, l)
+		holder, err := l.TryAcquire(ctx, "lock.k")
+		require.NoError(t, err)
+		waiter := stalledWaiter(t, b, "lock.k", path)
+		b.queued(t, "lock.k", 1)
 
-				assert.NoError(t, holder.Release(ctx), "a refresh of the queue's expiry is no reason to fail a release")
-				select {
-				case lock := <-waiter.acquired:
-					require.NoError(t, lock.Release(ctx))
-				case <-time.After(time.Second):
-					t.Error("the waiter did not get the key within a second of the release")
-				}
-			})
-		})
-	}
+		assert.NoError(t, holder.Release(ctx), "a refresh of the queue's expiry is no reason to fail a release")
+		select {
+		case lock := <-waiter.acquired:
+			require.NoError(t, lock.Release(ctx))
+		case <-time.After(time.Second):
+			t.Error("the waiter did not get the key within a second of the release")
+		}
+	})
 }
 
 // F5. H7 at Release: a lock whose key was replaced by a key of another

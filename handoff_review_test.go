@@ -36,21 +36,22 @@ import (
 // Nothing blocks the Locker; transient is not refused (a refusal must
 // switch the feature off, not spin).
 func TestAReleaseWhoseUserMayNotZremNeverSpinsTheServer(t *testing.T) {
-	b := realServer(t)
-	releaser := b.lockerOn(t, restrictedClient(t, b, "nozrem", "&*", "+@all", "-zrem"), scripted)
-	holder, err := releaser.TryAcquire(ctx, "lock.k")
-	require.NoError(t, err)
-	dead := newToken() + ":" + newToken() // a crashed waiter's entry: nobody listens for its Locker
-	require.NoError(t, b.raw.ZAdd(ctx, waitersKey("lock.k"), redis.Z{Score: 1, Member: dead}).Err())
+	onEachQueueingPathOf(t, realServer, func(t *testing.T, b *backend, path Option) {
+		releaser := b.lockerOn(t, restrictedClient(t, b, "nozrem", "&*", "+@all", "-zrem"), path)
+		holder, err := releaser.TryAcquire(ctx, "lock.k")
+		require.NoError(t, err)
+		dead := newToken() + ":" + newToken() // a crashed waiter's entry: nobody listens for its Locker
+		require.NoError(t, b.raw.ZAdd(ctx, waitersKey("lock.k"), redis.Z{Score: 1, Member: dead}).Err())
 
-	releaseCtx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	err = holder.Release(releaseCtx)
-	assert.NoError(t, err, "the release returns: the dead entry is skipped (or the queue given up), not looped on")
+		releaseCtx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		err = holder.Release(releaseCtx)
+		assert.NoError(t, err, "the release returns: the dead entry is skipped (or the queue given up), not looped on")
 
-	pingCtx, cancelPing := context.WithTimeout(ctx, time.Second)
-	defer cancelPing()
-	assert.NoError(t, b.raw.Ping(pingCtx).Err(), "the server still answers")
+		pingCtx, cancelPing := context.WithTimeout(ctx, time.Second)
+		defer cancelPing()
+		assert.NoError(t, b.raw.Ping(pingCtx).Err(), "the server still answers")
+	})
 }
 
 // The same, with nothing synthetic: every Locker's user lacks ZREM, one
@@ -59,23 +60,24 @@ func TestAReleaseWhoseUserMayNotZremNeverSpinsTheServer(t *testing.T) {
 // refused, silently), so its own release finds its own entry first, whose
 // Locker no longer listens, and spins.
 func TestWorkersWithoutZremNeverHangTheServer(t *testing.T) {
-	b := realServer(t)
-	client := restrictedClient(t, b, "nozrem", "&*", "+@all", "-zrem")
-	holder, err := b.lockerOn(t, client, scripted).TryAcquire(ctx, "lock.k")
-	require.NoError(t, err)
-	waiter := acquireInBackground(t, b.lockerOn(t, restrictedClient(t, b, "nozrem", "&*", "+@all", "-zrem"), scripted), "lock.k")
-	b.queued(t, "lock.k", 1)
-	require.NoError(t, holder.Release(ctx))
-	lock := await.Recv(t, waiter, "the waiter's Acquire")
-	require.NotNil(t, lock)
-	time.Sleep(handoffLinger + 100*time.Millisecond) // the work: its Locker stops listening meanwhile
+	onEachQueueingPathOf(t, realServer, func(t *testing.T, b *backend, path Option) {
+		client := restrictedClient(t, b, "nozrem", "&*", "+@all", "-zrem")
+		holder, err := b.lockerOn(t, client, path).TryAcquire(ctx, "lock.k")
+		require.NoError(t, err)
+		waiter := acquireInBackground(t, b.lockerOn(t, restrictedClient(t, b, "nozrem", "&*", "+@all", "-zrem"), path), "lock.k")
+		b.queued(t, "lock.k", 1)
+		require.NoError(t, holder.Release(ctx))
+		lock := await.Recv(t, waiter, "the waiter's Acquire")
+		require.NotNil(t, lock)
+		time.Sleep(handoffLinger + 100*time.Millisecond) // the work: its Locker stops listening meanwhile
 
-	releaseCtx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	assert.NoError(t, lock.Release(releaseCtx), "the release returns")
-	pingCtx, cancelPing := context.WithTimeout(ctx, time.Second)
-	defer cancelPing()
-	assert.NoError(t, b.raw.Ping(pingCtx).Err(), "the server still answers")
+		releaseCtx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		assert.NoError(t, lock.Release(releaseCtx), "the release returns")
+		pingCtx, cancelPing := context.WithTimeout(ctx, time.Second)
+		defer cancelPing()
+		assert.NoError(t, b.raw.Ping(pingCtx).Err(), "the server still answers")
+	})
 }
 
 // countingHook counts each of the library's scripts run by EVALSHA (refused
@@ -115,7 +117,8 @@ func (h countingHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.
 //     for good, though the queue was never refused.
 //
 // Breaks "transient is not refused" (network errors never switch a
-// feature off). Effect: the Locker never queues or hands over again.
+// feature off). Effect: the Locker never queues or hands over again. The
+// scripts' own: a script names every key it touches.
 func TestALostReplyInTheReleaseCascadeSwitchesNothingOff(t *testing.T) {
 	b := realServer(t)
 	client := restrictedClient(t, b, "nomarker", "resetkeys", "~lock.*", "~{lock.*}.waiters", "&*", "+@all")
@@ -187,55 +190,36 @@ func (h holdHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proc
 // A waiter that keeps polling keeps its place only as long as the
 // shortest-TTL waiter's net. Fairness only.
 func TestAShortLeaseWaiterCutsNobodysPlaceShort(t *testing.T) {
-	m := startMiniredisServer(t)
-	b := newBackend(t, "miniredis", m.Addr())
-	holder, err := b.locker(t, scripted).TryAcquire(ctx, "lock.k")
-	require.NoError(t, err)
+	onEachQueueingPath(t, func(t *testing.T, b *backend, path Option) {
+		holder, err := b.locker(t, path).TryAcquire(ctx, "lock.k")
+		require.NoError(t, err)
+		a := stalledWaiter(t, b, "lock.k", path)
+		entryA := b.queued(t, "lock.k", 1)[0]
+		a.stall.armed.Store(true)
+		await.Recv(t, a.stall.arrived, "A's next poll, held")
 
-	aClient := b.client(t)
-	hold := newHoldHook(t, aClient)
-	a := b.lockerOn(t, aClient, scripted)
-	warm(t, a)
-	served := make(chan string, 2)
-	releases := make(chan error, 2)
-	waitFor := func(name string, l *Locker) {
-		waitCtx := await.Context(t)
-		go func() {
-			lock, err := l.Acquire(waitCtx, "lock.k")
-			if err != nil {
-				releases <- err
-				return
-			}
-			served <- name
-			releases <- lock.Release(ctx)
-		}()
-	}
-	waitFor("A", a)
-	entryA := b.queued(t, "lock.k", 1)[0]
-	hold.armed.Store(true)
-	select {
-	case <-hold.arrived:
-	case <-time.After(5 * time.Second):
-		t.Fatal("A never polled again")
-	}
+		short := stalledWaiter(t, b, "lock.k", path, WithTTL(10*time.Millisecond))
+		b.queued(t, "lock.k", 2)
+		b.serverSleep(30 * time.Millisecond) // far less than A's own net
+		time.Sleep(3 * announcedPoll)        // B polls again meanwhile
+		require.NotEmpty(t, b.queuedNow("lock.k"), "the queue outlives B's short net")
+		assert.Equal(t, entryA, b.queuedNow("lock.k")[0], "A keeps its place while it is held")
+		a.stall.pass()
+		entries := b.queued(t, "lock.k", 2)
+		assert.Equal(t, entryA, entries[0], "A, who queued first and kept polling, is still first in line")
 
-	waitFor("B", b.locker(t, scripted, WithTTL(10*time.Millisecond)))
-	b.queued(t, "lock.k", 2)
-	m.FastForward(30 * time.Millisecond) // Redis time: 30ms, far less than A's own net
-	time.Sleep(3 * announcedPoll)        // B polls again meanwhile
-	require.NotEmpty(t, b.queuedNow("lock.k"), "the queue outlives B's short net")
-	assert.Equal(t, entryA, b.queuedNow("lock.k")[0], "A keeps its place while it is held")
-	hold.release()
-	entries := b.queued(t, "lock.k", 2)
-	assert.Equal(t, entryA, entries[0], "A, who queued first and kept polling, is still first in line")
-
-	require.NoError(t, holder.Release(ctx))
-	var order []string
-	for range 2 {
-		require.NoError(t, await.Recv(t, releases, "a waiter served and releasing"))
-		order = append(order, await.Recv(t, served, "the next waiter served"))
-	}
-	assert.Equal(t, []string{"A", "B"}, order)
+		require.NoError(t, holder.Release(ctx))
+		var lock *Lock
+		select {
+		case lock = <-a.acquired:
+		case lock = <-short.acquired:
+			t.Error("B was served before A")
+		case <-time.After(await.Timeout):
+			t.Fatal("nobody was served after the release")
+		}
+		require.NoError(t, lock.Release(ctx))
+		require.NotNil(t, await.Recv(t, short.acquired, "B served after A"))
+	})
 }
 
 // Finding (every way out of the queue removes the entry): a queued
@@ -252,6 +236,8 @@ func TestAShortLeaseWaiterCutsNobodysPlaceShort(t *testing.T) {
 //     releases it within W's Locker's linger: handOn hands it to E, its
 //     Locker "hears" it and drops it (the wait is over): held by nobody
 //     for the claim window.
+//
+// A move between the transports: the scripts' own.
 func TestAWinOnTheCommandFallbackLeavesTheQueue(t *testing.T) {
 	b := realServer(t)
 	holder, err := b.locker(t).TryAcquire(ctx, "lock.k") // classic: releases with DEL
@@ -292,17 +278,25 @@ func TestAWinOnTheCommandFallbackLeavesTheQueue(t *testing.T) {
 // {lock.a}.waiters) is not a refusal, yet it stops the Locker queueing on
 // every key.
 func TestAForeignValueAtOneQueueStopsOnlyThatWaitQueueing(t *testing.T) {
-	onEachBackend(t, func(t *testing.T, b *backend) {
-		holder := b.locker(t, scripted)
+	onEachQueueingPath(t, func(t *testing.T, b *backend, path Option) {
+		holder := b.locker(t, path)
 		_, err := holder.TryAcquire(ctx, "lock.a")
 		require.NoError(t, err)
+		_, err = holder.TryAcquire(ctx, "lock.b")
+		require.NoError(t, err)
 		b.set(t, waitersKey("lock.a"), "not a queue")
-		l := b.locker(t, scripted)
+		l := b.locker(t, path)
 		short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 		defer cancel()
 		_, err = l.Acquire(short, "lock.a")
 		require.ErrorIs(t, err, ErrNotAcquired)
 		assert.True(t, l.caps.allows(capQueue), "a WRONGTYPE at one key's queue is not a refusal of the queue")
+		waitCtx, stop := context.WithCancel(ctx)
+		waited := make(chan error, 1)
+		go func() { _, err := l.Acquire(waitCtx, "lock.b"); waited <- err }()
+		b.queued(t, "lock.b", 1) // the Locker still queues on another key
+		stop()
+		require.ErrorIs(t, await.Recv(t, waited, "the wait on the other key, given up"), ErrNotAcquired)
 	})
 }
 
@@ -316,6 +310,9 @@ func TestAForeignValueAtOneQueueStopsOnlyThatWaitQueueing(t *testing.T) {
 //     the marker now holds W's value;
 //  4. A's resend finds the key not A's and the marker not A's: Release
 //     reports ErrNotHeld, a false alarm that A's lease was lost.
+//
+// The scripts' own, as the marker is: go-redis never resends a watched
+// EXEC.
 func TestAResentReleaseKnowsItsWorkAfterTheNextHolderReleased(t *testing.T) {
 	onEachBackend(t, func(t *testing.T, b *backend) {
 		p := faultproxy.Start(t, b.addr)

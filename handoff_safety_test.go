@@ -25,11 +25,10 @@ import (
 // workerMark tags the context of the wait a test stalls.
 type workerMark struct{}
 
-// loseAWinThenStall makes the next script that wins a key (its reply
-// starts with 1) for a context tagged with workerMark reach Redis and be
-// applied, but report its reply lost (H5); that wait's next command then
-// stops until the test passes the gate, so that others can run in
-// between.
+// loseAWinThenStall makes the next write that wins a key (wonKey) for a
+// context tagged with workerMark reach Redis and be applied, but report
+// its reply lost (H5); that wait's next command then stops until the test
+// passes the gate, so that others can run in between.
 func loseAWinThenStall(t *testing.T, c *redis.Client) *gate {
 	g := &gate{arrived: make(chan struct{}), open: make(chan struct{})}
 	t.Cleanup(g.pass)
@@ -41,14 +40,28 @@ func loseAWinThenStall(t *testing.T, c *redis.Client) *gate {
 			<-g.open // bounded: the test passes the gate, or its cleanup does
 		}
 	}, after: func(ctx context.Context, cmd redis.Cmder) error {
-		reply, ok := cmd.(*redis.Cmd)
-		if !ok || ctx.Value(workerMark{}) == nil || lost.Load() || scriptOutcome(sliceOf(reply.Val())) != 1 {
+		if ctx.Value(workerMark{}) == nil || lost.Load() || !wonKey(cmd) {
 			return nil
 		}
 		lost.Store(true)
 		return errLostReply{}
 	}})
 	return g
+}
+
+// wonKey reports whether an answered command of an attempt created the
+// key or claimed it, on either transport: a script whose reply starts
+// with 1 (acquire.lua, queued.lua), SET NX answered OK, SETNX answered 1.
+func wonKey(cmd redis.Cmder) bool {
+	switch cmd := cmd.(type) {
+	case *redis.Cmd:
+		return (cmd.Name() == "evalsha" || cmd.Name() == "eval") && scriptOutcome(sliceOf(cmd.Val())) == 1
+	case *redis.StatusCmd:
+		return cmd.Name() == "set" && cmd.Val() == "OK"
+	case *redis.IntCmd:
+		return cmd.Name() == "setnx" && cmd.Val() == 1
+	}
+	return false
 }
 
 // stallHook runs before on each command before it is sent and after on it
@@ -85,41 +98,19 @@ func sliceOf(v any) []any {
 	return s
 }
 
-// afterHook runs fn on each command after the server answered it; a
-// non-nil error replaces the command's outcome.
-type afterHook struct{ fn func(redis.Cmder) error }
-
-func (h afterHook) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (h afterHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		err := next(ctx, cmd)
-		if err == nil {
-			if lost := h.fn(cmd); lost != nil {
-				return lost
-			}
-		}
-		return err
-	}
-}
-
-func (h afterHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
-}
-
 // Finding 1 (H5; one owner per value): a queued attempt's value carries
 // its wait's token and belongs to that wait alone. Schedule: H holds k;
-// worker 1 of Locker L queues; H releases with a plain DEL (a holder that
-// does not hand over); worker 1's next attempt creates k and its reply is
-// lost; worker 2 of L tries k. Before, the Locker remembered worker 1's
+// worker 1 of Locker L queues; H releases and frees k (barging: worker 1
+// has waited nothing by the clock); worker 1's next attempt creates k and
+// its reply is lost; worker 2 of L tries k. Before, the Locker remembered worker 1's
 // value for any of its attempts: worker 2 was granted it, and worker 1's
 // next poll too, two Locks on one key.
 func TestAQueuedWaitsValueBelongsToThatWaitAlone(t *testing.T) {
-	onEachBackend(t, func(t *testing.T, b *backend) {
-		holder, err := b.locker(t).TryAcquire(ctx, "lock.k") // classic commands: releases with a plain DEL
+	onEachQueueingPath(t, func(t *testing.T, b *backend, path Option) {
+		holder, err := b.locker(t, path, barging).TryAcquire(ctx, "lock.k") // frees the key and wakes the waiter
 		require.NoError(t, err)
 		client := b.client(t)
-		l := b.lockerOn(t, client, scripted)
+		l := b.lockerOn(t, client, path)
 		warm(t, l)
 		lost := loseAWinThenStall(t, client)
 		worker1 := make(chan *Lock, 1)
@@ -149,21 +140,22 @@ func TestAQueuedWaitsValueBelongsToThatWaitAlone(t *testing.T) {
 // handoff first and then failed on the SET: the waiter took a lease the key
 // never stored, and every later release of that user did the same.
 func TestAHandoffIsWrittenBeforeItIsAnnounced(t *testing.T) {
-	b := realServer(t)
-	releaser := b.lockerOn(t, restrictedClient(t, b, "noset", "&*", "+@all", "-set"), scripted)
-	holder, err := releaser.TryAcquire(ctx, "lock.k")
-	require.NoError(t, err)
-	waiter := acquireInBackground(t, b.locker(t, scripted), "lock.k")
-	b.queued(t, "lock.k", 1)
+	onEachQueueingPathOf(t, realServer, func(t *testing.T, b *backend, path Option) {
+		releaser := b.lockerOn(t, restrictedClient(t, b, "noset", "&*", "+@all", "-set"), path)
+		holder, err := releaser.TryAcquire(ctx, "lock.k")
+		require.NoError(t, err)
+		waiter := acquireInBackground(t, b.locker(t, path), "lock.k")
+		b.queued(t, "lock.k", 1)
 
-	require.NoError(t, holder.Release(ctx))
-	assert.False(t, releaser.caps.allows(capQueue), "the refused write switches the releaser's handoff off")
-	lock := await.Recv(t, waiter, "the waiter's Acquire")
-	require.NotNil(t, lock)
-	assert.Equal(t, lock.value, b.value(t, "lock.k"), "the lease the waiter holds is the one stored")
-	_, err = b.locker(t, scripted).TryAcquire(ctx, "lock.k")
-	require.ErrorIs(t, err, ErrNotAcquired, "nobody else gets in while the waiter holds the key")
-	require.NoError(t, lock.Release(ctx))
+		require.NoError(t, holder.Release(ctx))
+		assert.False(t, releaser.caps.allows(capQueue), "the refused write switches the releaser's handoff off")
+		lock := await.Recv(t, waiter, "the waiter's Acquire")
+		require.NotNil(t, lock)
+		assert.Equal(t, lock.value, b.value(t, "lock.k"), "the lease the waiter holds is the one stored")
+		_, err = b.locker(t, path).TryAcquire(ctx, "lock.k")
+		require.ErrorIs(t, err, ErrNotAcquired, "nobody else gets in while the waiter holds the key")
+		require.NoError(t, lock.Release(ctx))
+	})
 }
 
 // Finding 3 (H4, H6; the holder's clock bounds its lease): a releaser
@@ -200,11 +192,11 @@ func TestAHandedLeaseIsDatedByTheWaitersOwnClock(t *testing.T) {
 // entry off the queue. Before, the entry stayed, and the next release
 // handed the key to it: held by nobody for a whole lease.
 func TestAWaitThatWinsThroughTheLostReplyMemoryLeavesTheQueue(t *testing.T) {
-	onEachBackend(t, func(t *testing.T, b *backend) {
-		holder, err := b.locker(t).TryAcquire(ctx, "lock.k") // releases with a plain DEL
+	onEachQueueingPath(t, func(t *testing.T, b *backend, path Option) {
+		holder, err := b.locker(t, path, barging).TryAcquire(ctx, "lock.k") // frees the key and wakes the waiter
 		require.NoError(t, err)
 		client := b.client(t)
-		l := b.lockerOn(t, client, scripted)
+		l := b.lockerOn(t, client, path)
 		warm(t, l)
 		waiter := acquireInBackground(t, l, "lock.k")
 		b.queued(t, "lock.k", 1)
@@ -233,20 +225,21 @@ func TestAWaitThatWinsThroughTheLostReplyMemoryLeavesTheQueue(t *testing.T) {
 // listening for another wait, declines the handoff to that entry at once
 // and hands the key on: it costs a round trip, not a lease.
 func TestAHandoffToAnAbandonedEntryIsDeclinedAtOnce(t *testing.T) {
-	onEachBackend(t, func(t *testing.T, b *backend) {
-		holder, err := b.locker(t, scripted).TryAcquire(ctx, "lock.k")
+	onEachQueueingPath(t, func(t *testing.T, b *backend, path Option) {
+		holder, err := b.locker(t, path).TryAcquire(ctx, "lock.k")
 		require.NoError(t, err)
-		otherHolder, err := b.locker(t, scripted).TryAcquire(ctx, "lock.other")
+		otherHolder, err := b.locker(t, path).TryAcquire(ctx, "lock.other")
 		require.NoError(t, err)
 		client := b.client(t)
 		var leaves atomic.Int32
-		client.AddHook(afterHook{fn: func(cmd redis.Cmder) error {
-			if cmd.Name() == "evalsha" && scriptNames[fmt.Sprint(cmd.Args()[1])] == "leave" && leaves.Add(1) == 1 {
+		hookStep(client, stepLeave, func(send func() error, cmds []redis.Cmder) error {
+			err := send()
+			if stepLeave.sentBy(cmds) && leaves.Add(1) == 1 {
 				return errLostReply{} // as if it never got there: undo it below
 			}
-			return nil
-		}})
-		l := b.lockerOn(t, client, scripted)
+			return err
+		})
+		l := b.lockerOn(t, client, path)
 		warm(t, l)
 		stay := acquireInBackground(t, l, "lock.other") // keeps the Locker listening
 		b.queued(t, "lock.other", 1)
@@ -332,11 +325,11 @@ func TestAHandoffNobodyClaimsCostsTheClaimWindowNotALease(t *testing.T) {
 // the subscription is made outside any lock and its confirmation awaited
 // at most subscribeTimeout; the stuck wait polls meanwhile.
 func TestAStuckSubscriptionHoldsUpNoOtherWait(t *testing.T) {
-	onEachBackend(t, func(t *testing.T, b *backend) {
+	onEachQueueingPath(t, func(t *testing.T, b *backend, path Option) {
 		p := faultproxy.Start(t, b.addr)
-		l := b.lockerOn(t, b.clientThrough(t, p), scripted)
+		l := b.lockerOn(t, b.clientThrough(t, p), path)
 		warm(t, l)
-		holder, err := b.locker(t, scripted).TryAcquire(ctx, "lock.held")
+		holder, err := b.locker(t, path).TryAcquire(ctx, "lock.held")
 		require.NoError(t, err)
 		p.LoseReplies(func(command string, nth int) bool { return command == "subscribe" && nth == 1 })
 		stuckCtx, cancel := context.WithCancel(ctx) // no deadline: the wait ends only with the key
@@ -380,33 +373,19 @@ func TestWaitersAreServedInArrivalOrderHoweverOftenTheyPoll(t *testing.T) {
 			onEachQueueingPath(t, func(t *testing.T, b *backend, path Option) {
 				holder, err := b.locker(t, path).TryAcquire(ctx, "lock.k")
 				require.NoError(t, err)
-				served, released := make(chan int, 3), make(chan error, 3)
+				s := newServings(3)
 				one := b.locker(t, path)
 				for i := range 3 {
 					l := one
 					if !shared {
 						l = b.locker(t, path)
 					}
-					waitCtx := await.Context(t)
-					go func() {
-						lock, err := l.Acquire(waitCtx, "lock.k")
-						if err != nil {
-							released <- err
-							return
-						}
-						served <- i
-						released <- lock.Release(ctx)
-					}()
+					s.wait(t, fmt.Sprint(i), l, "lock.k")
 					b.queued(t, "lock.k", i+1)
 					time.Sleep(80 * time.Millisecond) // more than one poll
 				}
 				require.NoError(t, holder.Release(ctx))
-				var order []int
-				for range 3 {
-					require.NoError(t, await.Recv(t, released, "a waiter served and releasing"))
-					order = append(order, await.Recv(t, served, "the next waiter served"))
-				}
-				assert.Equal(t, []int{0, 1, 2}, order)
+				assert.Equal(t, []string{"0", "1", "2"}, s.order(t))
 			})
 		})
 	}
@@ -416,7 +395,8 @@ func TestWaitersAreServedInArrivalOrderHoweverOftenTheyPoll(t *testing.T) {
 // reply was lost; the second run finds the key freed, or handed on, by the
 // first. Before, Release then reported ErrNotHeld, a false alarm that the
 // lease was lost. The release marker lets the second run know its own
-// work.
+// work. The scripts' own: go-redis never resends a watched EXEC. A lost
+// handoff's reply on either transport is queue_contract_test.go's.
 func TestAReleaseResentAfterALostReplyKnowsItsOwnWork(t *testing.T) {
 	for _, queued := range []bool{false, true} {
 		t.Run(map[bool]string{false: "deleted", true: "handed over"}[queued], func(t *testing.T) {
@@ -450,7 +430,8 @@ func TestAReleaseResentAfterALostReplyKnowsItsOwnWork(t *testing.T) {
 // Finding 4, the way out when scripts are refused mid-wait: the leave
 // script can no longer run, so the wait leaves with commands (ZREM, and a
 // watched delete of a key carrying its token), and waits for wake-ups.
-// Before, nothing removed the entry.
+// Before, nothing removed the entry. A move between the transports: the
+// scripts' own.
 func TestAWaitWhoseScriptsAreRevokedLeavesTheQueue(t *testing.T) {
 	b := realServer(t)
 	holder, err := b.locker(t, scripted).TryAcquire(ctx, "lock.k")
@@ -495,15 +476,20 @@ func TestCloseTakesWaitsOutOfTheQueue(t *testing.T) {
 // wait: woken by pub/sub (a fencing Locker) and queued.
 func TestAWaitEndsWithItsContextWhileItsSubscriptionHangs(t *testing.T) {
 	patient := func(c *config) error { c.subscribeTimeout = time.Hour; return nil }
-	for _, kind := range []struct {
+	type kind struct {
 		name string
 		opts []Option
-	}{{"woken by pub/sub", []Option{scripted, WithFencing(), patient}}, {"queued", []Option{scripted, patient}}} {
+	}
+	kinds := []kind{{"woken by pub/sub", []Option{scripted, WithFencing(), patient}}}
+	for _, p := range queueingPaths {
+		kinds = append(kinds, kind{"queued/" + p.name, []Option{p.opt, patient}})
+	}
+	for _, kind := range kinds {
 		t.Run(kind.name, func(t *testing.T) {
 			onEachBackend(t, func(t *testing.T, b *backend) {
 				p := faultproxy.Start(t, b.addr)
 				l := b.lockerOn(t, b.clientThrough(t, p), kind.opts...)
-				_, err := b.locker(t, scripted).TryAcquire(ctx, "lock.k")
+				_, err := b.locker(t, kind.opts[0]).TryAcquire(ctx, "lock.k")
 				require.NoError(t, err)
 				p.LoseReplies(func(command string, nth int) bool { return command == "subscribe" })
 				waitCtx, cancel := context.WithCancel(ctx)

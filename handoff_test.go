@@ -3,6 +3,7 @@ package setnxlock
 import (
 	"context"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -32,6 +33,11 @@ func inOrder(opt Option) Option {
 	}
 }
 
+// barging, after a queueing path's option, restores the default starvation
+// threshold: a release frees the key and wakes the first waiter, which has
+// waited nothing by a clock that stands still.
+var barging = WithStarvationThreshold(DefaultStarvationThreshold)
+
 // queueingPaths are the paths on which Lockers queue and hand over, each
 // handing over in order: the scripts, and the commands of WithoutScripts
 // and WithClassicCommands (commandqueue.go).
@@ -48,6 +54,14 @@ func onEachQueueingPath(t *testing.T, scenario func(t *testing.T, b *backend, pa
 		t.Run(p.name, func(t *testing.T) {
 			onEachBackend(t, func(t *testing.T, b *backend) { scenario(t, b, p.opt) })
 		})
+	}
+}
+
+// onEachQueueingPathOf is onEachQueueingPath on one backend of start's,
+// for what only one backend can do (ACL users: a real redis-server).
+func onEachQueueingPathOf(t *testing.T, start func(t *testing.T) *backend, scenario func(t *testing.T, b *backend, path Option)) {
+	for _, p := range queueingPaths {
+		t.Run(p.name, func(t *testing.T) { scenario(t, start(t), p.opt) })
 	}
 }
 
@@ -153,27 +167,64 @@ func TestAReleaseSkipsWaitersNobodyListensFor(t *testing.T) {
 }
 
 // A waiter whose context ends leaves the queue; if a release handed it the
-// key in the meantime, it hands the key on instead of leaving it held.
+// key in the meantime (after its wait ended: its Locker drops the handoff,
+// before its leave), the leave hands the key on, or deletes it when nobody
+// else waits, instead of leaving it held for the claim window. The next
+// waiter gets it with the clock standing still.
 func TestAWaiterThatGivesUpLeavesTheQueueAndHandsOnALateHandoff(t *testing.T) {
-	onEachQueueingPath(t, func(t *testing.T, b *backend, path Option) {
-		l := b.locker(t, path)
-		_, err := b.locker(t, path).TryAcquire(ctx, "lock.k")
-		require.NoError(t, err)
-		quitCtx, quit := context.WithCancel(ctx)
-		gaveUp := make(chan error, 1)
-		go func() { _, err := l.Acquire(quitCtx, "lock.k"); gaveUp <- err }()
-		b.queued(t, "lock.k", 1)
-		quit()
-		require.ErrorIs(t, await.Recv(t, gaveUp, "the Acquire whose context ended"), ErrNotAcquired)
-		b.queued(t, "lock.k", 0)
+	for _, tc := range []struct {
+		name       string
+		next, lose bool // another waiter in line; the leave's reply is lost (H5)
+	}{
+		{"nobody else waits", false, false},
+		{"to the next in line", true, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			onEachQueueingPath(t, func(t *testing.T, b *backend, path Option) {
+				holder, err := b.locker(t, path).TryAcquire(ctx, "lock.k")
+				require.NoError(t, err)
+				client := b.client(t)
+				leaving := gateStep(t, client, stepLeave)
+				lost := new(atomic.Bool)
+				if tc.lose {
+					lost = loseStepReply(client, stepLeave)
+				}
+				l := b.lockerOn(t, client, path)
+				warm(t, l)
+				quitCtx, quit := context.WithCancel(ctx)
+				t.Cleanup(quit)
+				gaveUp := make(chan error, 1)
+				go func() { _, err := l.Acquire(quitCtx, "lock.k"); gaveUp <- err }()
+				entry := b.queued(t, "lock.k", 1)[0]
+				next := make(chan *Lock, 1)
+				if tc.next {
+					nextLocker, nextCtx := b.locker(t, path), await.Context(t)
+					go func() {
+						lock, _ := nextLocker.Acquire(nextCtx, "lock.k") // its error, if any, is the assertions' below
+						next <- lock
+					}()
+					b.queued(t, "lock.k", 2)
+				}
+				quit()
+				leaving.wait(t)
 
-		// The handoff raced with the end of its wait: the key carries the
-		// entry's token, and the entry is off the queue.
-		entry := l.newQueueEntry("lock.k")
-		require.NoError(t, b.raw.Set(ctx, "lock.k", formatValue(b.clock.Now().Add(claimWindow), entry.token), 0).Err())
-		l.leaveQueue(ctx, entry)
-		assert.Equal(t, "<missing>", b.value(t, "lock.k"), "the late handoff is handed on")
-	})
+				require.NoError(t, holder.Release(ctx))
+				require.Equal(t, entryToken(entry), tokenOf(b.value(t, "lock.k")), "handed to the wait that gave up")
+				leaving.pass()
+				require.ErrorIs(t, await.Recv(t, gaveUp, "the Acquire whose context ended"), ErrNotAcquired)
+				require.Equal(t, tc.lose, lost.Load(), "the leave's reply lost")
+				require.NotEqual(t, entryToken(entry), tokenOf(b.value(t, "lock.k")), "the leave hands on the key handed to it")
+				if !tc.next {
+					assert.Equal(t, "<missing>", b.value(t, "lock.k"), "deleted: nobody else waits")
+					return
+				}
+				lock := await.Recv(t, next, "the next waiter's Acquire")
+				require.NotNil(t, lock)
+				assert.Empty(t, b.queuedNow("lock.k"))
+				require.NoError(t, lock.Release(ctx))
+			})
+		})
+	}
 }
 
 // A handoff whose message never arrives (a subscription that dropped) is
@@ -220,38 +271,43 @@ func TestAWaiterThatTakesOverLeavesTheQueue(t *testing.T) {
 // Locker.Close ends the subscription a waiter opened at once, rather than
 // handoffLinger after; the Locker can still wait later.
 func TestCloseEndsTheHandoffSubscription(t *testing.T) {
-	b := newBackend(t, "miniredis", startMiniredis(t))
-	holder, err := b.locker(t, scripted).TryAcquire(ctx, "lock.k")
-	require.NoError(t, err)
-	l := b.locker(t, scripted)
-	acquired := acquireInBackground(t, l, "lock.k")
-	b.queued(t, "lock.k", 1)
-	require.NoError(t, holder.Release(ctx))
-	require.NotNil(t, await.Recv(t, acquired, "the waiter's Acquire"))
-	channel := l.handoff.channel()
-	assert.EqualValues(t, 1, b.raw.PubSubNumSub(ctx, channel).Val()[channel], "lingering")
-	require.NoError(t, l.Close())
-	// The server drops the subscription once it sees the connection close.
-	require.Eventually(t, func() bool { return b.raw.PubSubNumSub(ctx, channel).Val()[channel] == 0 }, handoffLinger/3, time.Millisecond, "closed before the linger ends")
+	onEachQueueingPath(t, func(t *testing.T, b *backend, path Option) {
+		holder, err := b.locker(t, path).TryAcquire(ctx, "lock.k")
+		require.NoError(t, err)
+		l := b.locker(t, path)
+		acquired := acquireInBackground(t, l, "lock.k")
+		channel := channelOf(b.queued(t, "lock.k", 1)[0])
+		require.NoError(t, holder.Release(ctx))
+		require.NotNil(t, await.Recv(t, acquired, "the waiter's Acquire"))
+		assert.EqualValues(t, 1, b.raw.PubSubNumSub(ctx, channel).Val()[channel], "lingering")
+		require.NoError(t, l.Close())
+		// The server drops the subscription once it sees the connection close.
+		require.Eventually(t, func() bool { return b.raw.PubSubNumSub(ctx, channel).Val()[channel] == 0 }, handoffLinger/3, time.Millisecond, "closed before the linger ends")
+	})
+}
+
+// channelOf is the handoff channel of a queue entry's Locker.
+func channelOf(entry string) string {
+	return handoffChannelPrefix + entry[:strings.LastIndexByte(entry, ':')]
 }
 
 // Waiters of one Locker share its subscription and are told apart by
 // token; once the Locker listens, a new waiter queues with its very first
 // attempt instead of being refused once first.
 func TestWaitersOfOneLockerShareItsSubscription(t *testing.T) {
-	onEachBackend(t, func(t *testing.T, b *backend) {
-		holder, err := b.locker(t, scripted).TryAcquire(ctx, "lock.k")
+	onEachQueueingPath(t, func(t *testing.T, b *backend, path Option) {
+		holder, err := b.locker(t, path).TryAcquire(ctx, "lock.k")
 		require.NoError(t, err)
 		client := b.client(t)
-		l := b.lockerOn(t, client, scripted)
+		l := b.lockerOn(t, client, path)
 		warm(t, l)
 		first := acquireInBackground(t, l, "lock.k")
-		b.queued(t, "lock.k", 1)
+		channel := channelOf(b.queued(t, "lock.k", 1)[0])
 		sent := record(client)
 		second := acquireInBackground(t, l, "lock.k")
 		b.queued(t, "lock.k", 2)
-		assert.NotContains(t, sent.scriptsRun(), "acquire", "the second waiter queued with its first attempt")
-		assert.EqualValues(t, 1, b.raw.PubSubNumSub(ctx, l.handoff.channel()).Val()[l.handoff.channel()], "one subscription")
+		assert.True(t, onlyQueuedAttempts(sent), "the second waiter queued with its first attempt: %s (%s)", sent.names(), sent.scriptsRun())
+		assert.EqualValues(t, 1, b.raw.PubSubNumSub(ctx, channel).Val()[channel], "one subscription")
 
 		require.NoError(t, holder.Release(ctx))
 		lock := await.Recv(t, first, "the first waiter's Acquire")
@@ -261,4 +317,24 @@ func TestWaitersOfOneLockerShareItsSubscription(t *testing.T) {
 		require.NotNil(t, next)
 		require.NoError(t, next.Release(ctx))
 	})
+}
+
+// onlyQueuedAttempts reports whether the attempts recorded, one at least,
+// were all queued ones: queued.lua and never acquire.lua on the scripts;
+// on the commands, SET NX (or SETNX) whose GET reads the queue with it.
+func onlyQueuedAttempts(sent *recorder) bool {
+	if scripts := sent.scriptsRun(); scripts != "" {
+		return !strings.Contains(scripts, "acquire")
+	}
+	names := strings.Fields(sent.names())
+	reads := 0
+	for i, name := range names {
+		if name == "GET" {
+			if i+1 == len(names) || names[i+1] != "ZSCORE" {
+				return false
+			}
+			reads++
+		}
+	}
+	return reads > 0
 }

@@ -33,7 +33,8 @@ type backend struct {
 	addr  string
 	start time.Time // where clock started
 	clock *ManualClock
-	raw   *redis.Client // for arranging and inspecting keys behind the Lockers' backs
+	raw   *redis.Client        // for arranging and inspecting keys behind the Lockers' backs
+	mini  *miniredis.Miniredis // the embedded server, whose expiries follow serverSleep; nil for redis-server
 }
 
 // onEachBackend runs the scenario once on miniredis and once on a real
@@ -41,11 +42,25 @@ type backend struct {
 func onEachBackend(t *testing.T, scenario func(t *testing.T, b *backend)) {
 	t.Helper()
 	t.Run("miniredis", func(t *testing.T) {
-		scenario(t, newBackend(t, "miniredis", startMiniredis(t)))
+		m := startMiniredisServer(t)
+		b := newBackend(t, "miniredis", m.Addr())
+		b.mini = m
+		scenario(t, b)
 	})
 	t.Run("redis-server", func(t *testing.T) {
 		scenario(t, newBackend(t, "redis-server", redistest.Start(t).Addr()))
 	})
+}
+
+// serverSleep lets d pass for the server's key expiries: miniredis never
+// expires keys in real time, so it is fast-forwarded; a redis-server counts
+// real time.
+func (b *backend) serverSleep(d time.Duration) {
+	if b.mini != nil {
+		b.mini.FastForward(d)
+		return
+	}
+	time.Sleep(d)
 }
 
 func startMiniredis(t *testing.T) string { return startMiniredisServer(t).Addr() }

@@ -23,9 +23,10 @@ import (
 // past the client's ReadTimeout, or the first copy of a go-redis retry),
 // leaves the key stating an end no earlier than its holder believes.
 
-// heldPoll holds back, once armed, a client's next run of queued.lua: the
-// request stays in the network (it is not sent), and the client sees what
-// go-redis reports after its ReadTimeout. The test delivers it later.
+// heldPoll holds back, once armed, a client's next queued attempt's first
+// write (queued.lua, or the commands' SET NX or SETNX): the request stays
+// in the network (it is not sent), and the client sees what go-redis
+// reports after its ReadTimeout. The test delivers it later.
 type heldPoll struct {
 	armed atomic.Bool
 	held  chan []any // the held request's arguments
@@ -40,7 +41,7 @@ func holdPoll(c *redis.Client) *heldPoll {
 func (h *heldPoll) DialHook(next redis.DialHook) redis.DialHook { return next }
 func (h *heldPoll) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		if cmd.Name() != "evalsha" || scriptNames[fmt.Sprint(cmd.Args()[1])] != "queued" || !h.armed.CompareAndSwap(true, false) {
+		if !stepQueue.sentBy([]redis.Cmder{cmd}) && cmd.Name() != "set" && cmd.Name() != "setnx" || !h.armed.CompareAndSwap(true, false) {
 			return next(ctx, cmd)
 		}
 		h.held <- slices.Clone(cmd.Args())
@@ -52,8 +53,8 @@ func (h *heldPoll) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 	return next
 }
 
-// L1 (issue 28): a queued waiter's poll, stamped with its lease at that
-// moment, is held up past the client's timeout. The waiter then holds with
+// L1 (issue 28), on every queueing path: a queued waiter's poll, stamped
+// with its lease at that moment, is held up past the client's timeout. The waiter then holds with
 // a later end (its claim, or a Refresh), and the held poll lands: the key
 // carries the waiter's token, and the script used to write the poll's
 // older stamp over it. From that older end on a third client took the key
@@ -80,12 +81,12 @@ func TestALateQueuedPollNeverRollsTheLeaseBack(t *testing.T) {
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			onEachBackend(t, func(t *testing.T, b *backend) {
-				holder, err := b.locker(t, scripted).TryAcquire(ctx, "lock.k")
+			onEachQueueingPath(t, func(t *testing.T, b *backend, path Option) {
+				holder, err := b.locker(t, path).TryAcquire(ctx, "lock.k")
 				require.NoError(t, err)
 				client := b.client(t)
 				held := holdPoll(client)
-				w := b.lockerOn(t, client, scripted)
+				w := b.lockerOn(t, client, path)
 				warm(t, w)
 				acquired := acquireInBackground(t, w, "lock.k")
 				b.queued(t, "lock.k", 1)
@@ -102,7 +103,7 @@ func TestALateQueuedPollNeverRollsTheLeaseBack(t *testing.T) {
 				assert.False(t, states.Before(lock.ExpiresAt()), "key states %v; holder believes %v",
 					states.Sub(b.start), lock.ExpiresAt().Sub(b.start))
 				b.clock.Set(b.start.Add(12 * time.Second))
-				_, err = b.locker(t, scripted).TryAcquire(ctx, "lock.k")
+				_, err = b.locker(t, path).TryAcquire(ctx, "lock.k")
 				assert.ErrorIs(t, err, ErrNotAcquired, "a third client holds while the holder believes it holds until 14s")
 				assert.NoError(t, lock.Err())
 			})

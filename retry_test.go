@@ -134,23 +134,25 @@ func TestOnlyRefusalsForGoodSwitchAFeatureOff(t *testing.T) {
 // full CPU until its context ended. Both kinds of waiter: one woken by
 // pub/sub (a fencing Locker, which does not queue) and one queued.
 func TestAClosedClientEndsAWaitInsteadOfSpinning(t *testing.T) {
-	for _, waiter := range []struct {
+	type kind struct {
 		name string
 		opts []Option
 		// waiting reports that the waiter listens, so closing its client
 		// now closes a live subscription.
 		waiting func(b *backend, key string) bool
-	}{
-		{"woken by pub/sub", []Option{scripted, WithFencing()}, func(b *backend, key string) bool {
-			return b.raw.PubSubNumSub(ctx, WakeChannel(key)).Val()[WakeChannel(key)] == 1
-		}},
-		{"queued", []Option{scripted}, func(b *backend, key string) bool {
+	}
+	kinds := []kind{{"woken by pub/sub", []Option{scripted, WithFencing()}, func(b *backend, key string) bool {
+		return b.raw.PubSubNumSub(ctx, WakeChannel(key)).Val()[WakeChannel(key)] == 1
+	}}}
+	for _, p := range queueingPaths {
+		kinds = append(kinds, kind{"queued/" + p.name, []Option{p.opt}, func(b *backend, key string) bool {
 			return len(b.queuedNow(key)) == 1
-		}},
-	} {
+		}})
+	}
+	for _, waiter := range kinds {
 		t.Run(waiter.name, func(t *testing.T) {
 			onEachBackend(t, func(t *testing.T, b *backend) {
-				_, err := b.locker(t, scripted).TryAcquire(ctx, "lock.k")
+				_, err := b.locker(t, waiter.opts[0]).TryAcquire(ctx, "lock.k")
 				require.NoError(t, err)
 				client := b.client(t)
 				l := b.lockerOn(t, client, waiter.opts...)

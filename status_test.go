@@ -74,15 +74,15 @@ func TestStatusTellsFreeHeldExpiredAndForeignKeysApart(t *testing.T) {
 // Status counts the waiters queued on a key, and the count falls back to
 // 0 once they give up.
 func TestStatusCountsTheQueuedWaiters(t *testing.T) {
-	onEachBackend(t, func(t *testing.T, b *backend) {
-		holder := b.locker(t, scripted)
+	onEachQueueingPath(t, func(t *testing.T, b *backend, path Option) {
+		holder := b.locker(t, path)
 		warm(t, holder)
 		_, err := holder.TryAcquire(ctx, "lock.k")
 		require.NoError(t, err)
 		quitCtx, quit := context.WithCancel(await.Context(t))
 		gaveUp := make(chan error, 2)
 		for range 2 {
-			waiter := b.locker(t, scripted)
+			waiter := b.locker(t, path)
 			go func() { _, err := waiter.Acquire(quitCtx, "lock.k"); gaveUp <- err }()
 		}
 		b.queued(t, "lock.k", 2)
