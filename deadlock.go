@@ -12,12 +12,6 @@ import (
 // recognised as over once its expiry timestamp has passed and is then taken
 // over, following the SETNX page.
 
-// expired reports whether a lease ending at expiry is over at now. The SETNX
-// page's rule: a timestamp <= the current time is no longer valid.
-func expired(expiry, now time.Time) bool {
-	return !expiry.After(now)
-}
-
 // restoreTimeout bounds the restore of a value a GETSET should never have
 // replaced; it runs even when the caller's context has ended, since leaving
 // our value in someone else's place is worse than a late return.
