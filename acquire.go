@@ -147,20 +147,6 @@ func (l *Locker) judge(key string, claimed claimOutcome, now time.Time) (refusal
 	return refused, fmt.Errorf("%w: %q is held until %s", ErrNotAcquired, key, holderExpiry.UTC().Format(time.RFC3339Nano))
 }
 
-// newStamp is a lease of the Locker's TTL beginning at now, in its format:
-// carrying the token of entry for a queued attempt, else a fresh owner
-// token where the format carries one.
-func (l *Locker) newStamp(now time.Time, entry *queueEntry) stamp {
-	token := ""
-	switch {
-	case entry != nil:
-		token = entry.token
-	case l.cfg.format.tokens():
-		token = newToken()
-	}
-	return l.cfg.format.newStamp(now, l.cfg.ttl, token)
-}
-
 // remember records a write whose reply was lost (H5), where the format lets
 // us recognise it later. A bare timestamp does not: another client writing
 // in the same millisecond (or second) with the same TTL writes the very same
@@ -212,15 +198,6 @@ func (l *Locker) grant(key string, won stamp, fencingToken int64, kind EventKind
 		lock.startKeeper()
 	}
 	return lock, nil
-}
-
-// safetyNet is how long Redis keeps a key whose lease ends in remaining:
-// the lease, then the grace period (H6).
-func (l *Locker) safetyNet(remaining time.Duration) time.Duration {
-	if l.cfg.grace > 0 {
-		return remaining + l.cfg.grace
-	}
-	return remaining + l.cfg.ttl
 }
 
 // setSafetyNet gives a key we created with SETNX its Redis expiry (H6).
