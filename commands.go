@@ -187,3 +187,42 @@ func stringReply(cmd *redis.StringCmd) (string, bool, error) {
 		return "", false, err
 	}
 }
+
+// setSafetyNet gives a key we created with SETNX its Redis expiry (H6).
+// SETNX cannot carry one, and a PEXPIRE sent blindly alongside it would
+// touch someone else's key when SETNX fails, so it follows the win, at
+// once, before anything that may stall.
+//
+// It is a watched transaction: WATCH with GET of the key, then MULTI,
+// PEXPIRE, EXEC only while the key holds exactly won's value. A plain
+// PEXPIRE would be an unconditional write that can move a lease back
+// (H10): a late copy of it (held in the network past the ReadTimeout, or
+// the first copy of a go-redis retry) that lands after a Refresh longer
+// than TTL + grace, or on a successor's key of a longer lease or of a
+// classic client that sets no expiry, makes Redis delete the key while
+// that lease is live. The EXEC goes out only once the WATCH has been
+// answered, on the WATCH's connection, so a late EXEC runs after every
+// later write of ours or of a successor to the key, and any of them
+// aborts it; one that runs finds the key as the GET saw it, ours, and its
+// net, counted from when it runs, ends after our lease. So the net never
+// ends a live lease, whoever holds it.
+//
+// The cost is one round trip more than a plain PEXPIRE on a single server
+// (WATCH with GET, then MULTI/PEXPIRE/EXEC; two more on a Cluster, where
+// WATCH goes alone), paid only where the net cannot go with the write: the
+// classic commands (WithClassicCommands, or a server that refuses SET's NX
+// and PX) and a write of ours recognised after its reply was lost (H5).
+// PEXPIRE's NX option (Redis 7.0) would save that round trip but is no
+// fast path here: a server that has it takes SET NX PX and comes here only
+// when asked for the classic commands alone, and a late copy of it still
+// sets our net on a successor's key that has none yet (a classic client's,
+// or a Locker's before its own net, which NX then refuses).
+//
+// It is best effort: if it fails, the key behaves like a classic lock
+// until a refresh or a takeover sets the net.
+func (l *Locker) setSafetyNet(ctx context.Context, key string, won stamp) {
+	net := l.safetyNet(won.length())
+	_, _ = l.compareAndWrite(ctx, key,
+		func(current string) bool { return current == won.value }, // H10: never onto a later value, ours or a successor's
+		func(pipe redis.Pipeliner) { pipe.PExpire(ctx, key, net) })
+}
