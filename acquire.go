@@ -162,30 +162,6 @@ func (l *Locker) recognise(key, current string, attempt stamp, now time.Time) (s
 	return l.pending.take(key, current, now)
 }
 
-// grant hands out the lock we just won, unless its lease already ended
-// while we waited for Redis's reply (a stall like H8's): a Lock that is over
-// before the caller sees it would only invite work outside the lease. The
-// lease ends, for us, when we believe it does (H4: ourLeaseEnd).
-func (l *Locker) grant(key string, won stamp, fencingToken int64, kind EventKind) (*Lock, error) {
-	now := l.cfg.clock.Now()
-	ends := l.ourLeaseEnd(won.expiry, now)
-	if expired(ends, now) {
-		return nil, fmt.Errorf("%w: %q: our lease ended before the reply arrived", ErrNotAcquired, key)
-	}
-	lock := &Lock{
-		locker: l, key: key, token: tokenOf(won.value), value: won.value, fencingToken: fencingToken,
-		op: make(chan struct{}, 1), lease: newLease(won.start, ends),
-	}
-	if !l.cfg.format.tokens() {
-		lock.token = ""
-	}
-	l.observe(Event{Kind: kind, Key: key, ExpiresAt: ends, FencingToken: fencingToken})
-	if l.cfg.autoRefresh {
-		lock.startKeeper()
-	}
-	return lock, nil
-}
-
 // Acquire takes the lock on key, waiting while another client holds it.
 // Where it can it queues on the key, and a Locker's Release hands it the
 // lock directly, in order of arrival (handoff.go; see Locker.Close);
