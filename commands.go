@@ -77,25 +77,6 @@ func (p commandPath) leave(ctx context.Context, entry *queueEntry) error {
 	return err
 }
 
-// deleteOwned deletes key if it holds a value owned reports ours, and
-// publishes the release on the key's wake channel, in one watched
-// transaction. A refused PUBLISH aborts the transaction: wake-ups are then
-// switched off and the transaction runs again without it.
-func (l *Locker) deleteOwned(ctx context.Context, key string, owned func(current string) bool) (bool, error) {
-	for {
-		publish := l.caps.allows(capPubSub)
-		deleted, err := l.compareAndWrite(ctx, key, owned, func(pipe redis.Pipeliner) {
-			pipe.Del(ctx, key)
-			if publish {
-				pipe.Publish(ctx, WakeChannel(key), key)
-			}
-		})
-		if !publish || !l.caps.narrow(capPubSub, err) {
-			return deleted, err
-		}
-	}
-}
-
 // setnx creates key with our value if it does not exist, and gives it the
 // safety net (H6). Where the server knows SET's NX and PX options (Redis
 // 2.6.12 and later) that is one atomic command; elsewhere it is the classic
