@@ -153,22 +153,6 @@ func (l *Locker) get(ctx context.Context, key string) (value string, found bool,
 	return stringReply(l.client.Get(ctx, key))
 }
 
-// stringReply unpacks a bulk-string reply, turning a missing key into
-// found=false and a WRONGTYPE reply into ErrNotLockValue (H7).
-func stringReply(cmd *redis.StringCmd) (string, bool, error) {
-	value, err := cmd.Result()
-	switch {
-	case err == nil:
-		return value, true, nil
-	case errors.Is(err, redis.Nil):
-		return "", false, nil
-	case isWrongType(err):
-		return "", false, errors.Join(ErrNotLockValue, err)
-	default:
-		return "", false, err
-	}
-}
-
 // setSafetyNet gives a key we created with SETNX its Redis expiry (H6).
 // SETNX cannot carry one, and a PEXPIRE sent blindly alongside it would
 // touch someone else's key when SETNX fails, so it follows the win, at

@@ -110,3 +110,19 @@ func isWrongType(err error) bool {
 	code, _, ok := reply(err)
 	return ok && code == "WRONGTYPE"
 }
+
+// stringReply unpacks a bulk-string reply, turning a missing key into
+// found=false and a WRONGTYPE reply into ErrNotLockValue (H7).
+func stringReply(cmd *redis.StringCmd) (string, bool, error) {
+	value, err := cmd.Result()
+	switch {
+	case err == nil:
+		return value, true, nil
+	case errors.Is(err, redis.Nil):
+		return "", false, nil
+	case isWrongType(err):
+		return "", false, errors.Join(ErrNotLockValue, err)
+	default:
+		return "", false, err
+	}
+}
