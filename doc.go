@@ -20,7 +20,9 @@
 // Acquiring: Acquire (acquire.go) repeats one attempt, the page's three
 // steps plus recognising our own writes whose reply was lost (pending.go),
 // and waits in between (wait.go). The takeover of an expired lease is
-// deadlock.go; the transaction core every guarded write runs in is
+// deadlock.go; a won lock is handed out by grant.go; the values an attempt
+// writes are stamps (stamp.go, with the safety net's length); the
+// transaction core every guarded write runs in, and the owned-delete, is
 // transaction.go.
 //
 // The three paths (path.go), one interface, chosen in one place (onPath):
@@ -43,8 +45,9 @@
 //
 // The Lock (lock.go) owns its values and talks to Redis in its turn
 // (turn.go), never past its lease's end; its lease (lease.go) says when it
-// ends, and is renewed, watched and reported by lifecycle.go and
-// refresh.go. What the server and user allow is capabilities.go, read from
+// ends; the lease keeper (keeper.go) renews it and watches it run out,
+// refresh.go moves it, and lifecycle.go reports how the Lock's life ended.
+// What the server and user allow is capabilities.go, read from
 // replies by their error code (replies.go). Keys and channel names:
 // keys.go. Values: value.go (reading), format.go (writing). Also: clock.go,
 // serverclock.go, clockwait.go (timers that follow their clock), belief.go
@@ -74,7 +77,7 @@
 //	H8  the holder stalls past its lease: Done, Err, Context, fencing tokens (lifecycle.go, fencing.go)
 //	H9  a restart without persistence, or a failover, loses the key: WithReplicas waits for replicas (replicas.go); the rest is documented (README)
 //	H10 a request arrives late, after later writes: every unconditional write only moves a lease forward (queue.go, lua/queued.lua)
-//	H11 the holder is cut off from Redis: the loss is signalled at the lease's end, whatever is in flight (turn.go, lifecycle.go, lease.go)
+//	H11 the holder is cut off from Redis: the loss is signalled at the lease's end, whatever is in flight (turn.go, keeper.go, lifecycle.go, lease.go)
 //
 // Safety rests on clocks: every process locking the same key must agree on
 // the time to within the skew margin, because an expired lease is judged by

@@ -18,7 +18,7 @@ type lease struct {
 
 	done       chan struct{} // closed once, by end, when the Lock is released or lost
 	ended      sync.Once
-	moved      chan struct{} // nudges the keeper (lifecycle.go) when the end moves
+	moved      chan struct{} // nudges the keeper (keeper.go) when the end moves
 	keeping    sync.Once
 	keeperDone chan struct{} // closed when the keeper goroutine has returned; nil if none started
 }
