@@ -45,13 +45,14 @@
 //
 // The Lock (lock.go) owns its values and talks to Redis in its turn
 // (turn.go), never past its lease's end; its lease (lease.go) says when it
-// ends; the lease keeper (keeper.go) renews it and watches it run out,
-// refresh.go moves it, and lifecycle.go reports how the Lock's life ended.
-// What the server and user allow is capabilities.go, read from
-// replies by their error code (replies.go). Keys and channel names:
-// keys.go. Values: value.go (reading), format.go (writing). Also: clock.go,
-// serverclock.go, clockwait.go (timers that follow their clock), belief.go
-// (a lease's end as we believe it), fencing.go, observer.go, options.go,
+// ends; the lease keeper (keeper.go) renews it until Release or Orphan,
+// and watches it run out; refresh.go moves it, and lifecycle.go reports
+// how the Lock's life ended. What the server and user allow is
+// capabilities.go, read from replies by their error code (replies.go).
+// Keys and channel names: keys.go. Values: value.go (reading), format.go
+// (writing). Also: clock.go, serverclock.go, clockwait.go (timers that
+// follow their clock), belief.go (a lease's end as we believe it, and
+// when one is over), fencing.go, observer.go, options.go,
 // errors.go; status.go reads a key from the outside (Status) and breaks it
 // (ForceRelease); replicas.go makes lease writes wait for replicas
 // (WithReplicas).
@@ -72,7 +73,7 @@
 //	H3  release or refresh after our lease ended: compare-and-delete/-set on our value (lock.go, refresh.go, lua/owned.lua)
 //	H4  clocks disagree: one Clock per Locker, ServerClock, WithSkewMargin, its Uncertainty (clock.go, serverclock.go, belief.go, acquire.go)
 //	H5  a reply is lost after the write applied: our writes are recognised (pending.go, queue.go, lua/release.lua)
-//	H6  keys left forever: a relative PEXPIRE a grace past every lease (acquire.go, commands.go)
+//	H6  keys left forever: a relative PEXPIRE a grace past every lease (stamp.go, commands.go)
 //	H7  the key holds no lock value: ErrNotLockValue, the key untouched (value.go)
 //	H8  the holder stalls past its lease: Done, Err, Context, fencing tokens (lifecycle.go, fencing.go)
 //	H9  a restart without persistence, or a failover, loses the key: WithReplicas waits for replicas (replicas.go); the rest is documented (README)

@@ -29,18 +29,20 @@ type Lock struct {
 	lease *lease // its end, its renewals' start, and how its life ended (lease.go)
 }
 
-// lockState is where a Lock is in its life: held, then releasing once
-// Release is called, inDoubt while a Release that failed in transit may
-// have deleted the key, and released once a Release has done its round
-// trip, whatever it found; or lost when a renewal, a Refresh or the
-// lease's end says the key is no longer ours. released and lost are its
-// ends: Done is closed, and Err says whether the lease was lost. A lost
-// Lock may still be released (its value, if still there, is deleted as a
-// courtesy); a released one is never touched again.
+// lockState is where a Lock is in its life: held (or orphaned, once
+// Orphan has stopped its renewals), then releasing once Release is called,
+// inDoubt while a Release that failed in transit may have deleted the key,
+// and released once a Release has done its round trip, whatever it found;
+// or lost when a renewal, a Refresh or the lease's end says the key is no
+// longer ours. released and lost are its ends: Done is closed, and Err
+// says whether the lease was lost. A lost Lock may still be released (its
+// value, if still there, is deleted as a courtesy); a released one is
+// never touched again.
 type lockState int32
 
 const (
 	held      lockState = iota // ours while the lease lasts; renewed with auto-refresh
+	orphaned                   // Orphan was called: ours while the lease lasts, never renewed by the keeper
 	releasing                  // Release was called: no more renewals, whatever its outcome
 	inDoubt                    // a Release failed in transit and may have deleted the key
 	released                   // Release did its round trip
