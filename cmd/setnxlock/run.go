@@ -33,6 +33,7 @@ func runCommand(args []string, stdout, stderr io.Writer) (int, error) {
 	out := &reporter{w: stderr, key: opts.key, verbose: opts.verbose}
 	lockerOpts := []setnxlock.Option{
 		setnxlock.WithTTL(opts.ttl), setnxlock.WithFormat(opts.format), setnxlock.WithObserver(out),
+		setnxlock.WithAutoRefresh(), // the lease is renewed every TTL/3 until Release, or Orphan (--min-hold)
 	}
 	if opts.fencing {
 		lockerOpts = append(lockerOpts, setnxlock.WithFencing())

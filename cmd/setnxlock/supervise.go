@@ -21,7 +21,8 @@ const (
 	envFencingToken = "SETNXLOCK_FENCING_TOKEN"
 )
 
-// supervise runs the command while the lease is kept, and returns run's
+// supervise runs the command while the Locker's keeper renews the lease
+// (WithAutoRefresh, every TTL/3), and returns run's
 // exit status. Invariants: the command runs only while the lock was ours
 // when it started; it is in a process group of its own, which receives the
 // forwarded signals; the group is gone by the end of the lease by our
@@ -32,7 +33,6 @@ const (
 // command left behind exit, with --kill-descendants it kills them.
 func supervise(opts runOptions, lock *setnxlock.Lock, sigs <-chan os.Signal, out *reporter) int {
 	acquiredAt := time.Now()
-	keeper := keepLease(lock, opts.ttl, out)
 
 	cmd := exec.Command(opts.argv[0], opts.argv[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
@@ -43,7 +43,6 @@ func supervise(opts runOptions, lock *setnxlock.Lock, sigs <-chan os.Signal, out
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	dieWithParent(cmd)
 	if err := startCommand(cmd); err != nil {
-		keeper.Stop()
 		releaseQuietly(lock)
 		out.warn("cannot run %q: %v", opts.argv[0], err)
 		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, fs.ErrNotExist) {
@@ -52,9 +51,8 @@ func supervise(opts runOptions, lock *setnxlock.Lock, sigs <-chan os.Signal, out
 		return exitCannotExecute
 	}
 	exited, reap := waitLeader(cmd)
-	killed := superviseGroup(opts, lock, cmd.Process.Pid, exited, keeper.renewed, sigs, out)
+	killed := superviseGroup(opts, lock, cmd.Process.Pid, exited, sigs, out)
 	code := exitStatus(reap(), cmd)
-	keeper.Stop()
 	out.say("command exited with status %d", code)
 	return finish(opts, lock, acquiredAt, killed, code, out)
 }
@@ -72,8 +70,7 @@ const (
 // superviseGroup forwards signals to the group led by leader and kills it when
 // it must, and returns once the leader has exited and no process of its
 // group runs; it says why the group was killed, if it was.
-func superviseGroup(opts runOptions, lock *setnxlock.Lock, group int, exited <-chan struct{}, renewed <-chan struct{},
-	sigs <-chan os.Signal, out *reporter) killReason {
+func superviseGroup(opts runOptions, lock *setnxlock.Lock, group int, exited <-chan struct{}, sigs <-chan os.Signal, out *reporter) killReason {
 	schedule := newKillSchedule(opts.ttl, opts.killGrace)
 	var maxRuntime <-chan time.Time
 	if opts.maxRuntime > 0 {
@@ -88,6 +85,8 @@ func superviseGroup(opts runOptions, lock *setnxlock.Lock, group int, exited <-c
 	)
 	// deadline fires at the next instant the schedule acts on: the
 	// SIGTERM of a lease about to end, or the SIGKILL of a kill under way.
+	// It reads lock.ExpiresAt again when it fires: a renewal confirmed
+	// meanwhile has moved the end forward, and the deadline re-arms for it.
 	deadline := time.NewTimer(time.Hour)
 	defer deadline.Stop()
 	arm := func() {
@@ -155,8 +154,6 @@ func superviseGroup(opts runOptions, lock *setnxlock.Lock, group int, exited <-c
 		case <-maxRuntime:
 			maxRuntime = nil
 			startKill(killMaxRuntime, "--max-runtime %v ran out", opts.maxRuntime)
-		case <-renewed:
-			arm() // a confirmed renewal moved the lease's end forward
 		case <-deadline.C:
 			now := time.Now()
 			expires := lock.ExpiresAt()
@@ -205,7 +202,9 @@ func finish(opts runOptions, lock *setnxlock.Lock, acquiredAt time.Time, killed 
 	}
 	if hold := time.Until(acquiredAt.Add(opts.minHold)); hold >= time.Millisecond {
 		// The lease is left to end then, with no process kept alive for it;
-		// other clients take the key over after that instant.
+		// other clients take the key over after that instant. Orphan first:
+		// no renewal lands after the Refresh that sets the end.
+		lock.Orphan()
 		err := lock.Refresh(ctx, hold)
 		switch {
 		case err == nil:
