@@ -61,8 +61,10 @@
 // lock on ElectionKey(name), taken with a fencing token (its term) and
 // renewed in the background, and publishes who leads in a record at
 // LeaderKey(name) written only while the lock is its own (election.go:
-// Campaign, Leadership, Resign, Leader); election_observe.go follows an
-// election (Observe) and election_lead.go is the service idiom (Lead).
+// Campaign, Leadership, Resign; election_record.go: the record, published
+// and unpublished); election_read.go reads who leads (Leader),
+// election_observe.go follows an election (Observe) and election_lead.go
+// is the service idiom (Lead).
 //
 // # Hazards
 //
