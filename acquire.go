@@ -59,7 +59,7 @@ func (l *Locker) tryAcquire(ctx context.Context, key string, entry *queueEntry) 
 // the key changed under it (released between SETNX and GET, or taken over
 // by someone else first): the caller looks again.
 func (l *Locker) attempt(ctx context.Context, key string, entry *queueEntry) (lock *Lock, refused refusal, startOver bool, err error) {
-	ours := l.newStamp(l.cfg.clock.Now(), entry)
+	ours := l.attemptStamp(l.cfg.clock.Now(), entry)
 
 	// Step 1: SETNX key <expiry>; step 2, when the key exists: GET it to
 	// read whose lease it is. A queued attempt also claims a key handed to
@@ -78,7 +78,7 @@ func (l *Locker) attempt(ctx context.Context, key string, entry *queueEntry) (lo
 		ours = *claimed.restamped
 	}
 	if claimed.created {
-		lock, err := l.won(ctx, key, ours, claimed.fencingToken, entry, !claimed.dequeued)
+		lock, err := l.grantWin(ctx, key, ours, claimed.fencingToken, entry, !claimed.dequeued)
 		return lock, refusal{}, false, err
 	}
 	if !claimed.found {
@@ -97,10 +97,10 @@ func (l *Locker) attempt(ctx context.Context, key string, entry *queueEntry) (lo
 	return lock, refusal{}, startOver, err
 }
 
-// won hands out a lock its attempt's own write just won, and takes a
+// grantWin hands out a lock its attempt's own write just won, and takes a
 // queued attempt's entry off the queue when that write did not (the
 // command path after scripts were refused, or a refused ZREM).
-func (l *Locker) won(ctx context.Context, key string, ours stamp, fencingToken int64, entry *queueEntry, stillQueued bool) (*Lock, error) {
+func (l *Locker) grantWin(ctx context.Context, key string, ours stamp, fencingToken int64, entry *queueEntry, stillQueued bool) (*Lock, error) {
 	if entry != nil && stillQueued {
 		l.dequeue(ctx, entry)
 	}
@@ -122,7 +122,7 @@ func (l *Locker) ownLostWrite(ctx context.Context, key string, write stamp, entr
 	l.setSafetyNet(ctx, key, write) // H6: the write whose reply was lost may not have got its net
 	// Won outside the queue's own steps: the entry must not be handed the
 	// key later (one owner per value).
-	lock, err = l.won(ctx, key, write, 0, entry, true)
+	lock, err = l.grantWin(ctx, key, write, 0, entry, true)
 	return lock, false, err
 }
 

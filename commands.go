@@ -159,7 +159,7 @@ func (l *Locker) get(ctx context.Context, key string) (value string, found bool,
 // once, before anything that may stall.
 //
 // It is a watched transaction: WATCH with GET of the key, then MULTI,
-// PEXPIRE, EXEC only while the key holds exactly won's value. A plain
+// PEXPIRE, EXEC only while the key holds exactly the value of ours. A plain
 // PEXPIRE would be an unconditional write that can move a lease back
 // (H10): a late copy of it (held in the network past the ReadTimeout, or
 // the first copy of a go-redis retry) that lands after a Refresh longer
@@ -185,9 +185,9 @@ func (l *Locker) get(ctx context.Context, key string) (value string, found bool,
 //
 // It is best effort: if it fails, the key behaves like a classic lock
 // until a refresh or a takeover sets the net.
-func (l *Locker) setSafetyNet(ctx context.Context, key string, won stamp) {
-	net := l.safetyNet(won.length())
+func (l *Locker) setSafetyNet(ctx context.Context, key string, ours stamp) {
+	net := l.safetyNet(ours.length())
 	_, _ = l.compareAndWrite(ctx, key,
-		func(current string) bool { return current == won.value }, // H10: never onto a later value, ours or a successor's
+		func(current string) bool { return current == ours.value }, // H10: never onto a later value, ours or a successor's
 		func(pipe redis.Pipeliner) { pipe.PExpire(ctx, key, net) })
 }

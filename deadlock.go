@@ -36,7 +36,7 @@ const restoreTimeout = time.Second
 // took it over or released it, or it became another type; the caller should
 // look again.
 func (l *Locker) takeOver(ctx context.Context, key, expiredValue string, entry *queueEntry) (lock *Lock, startOver bool, err error) {
-	ours := l.newStamp(l.cfg.clock.Now(), entry)
+	ours := l.attemptStamp(l.cfg.clock.Now(), entry)
 	getset := redis.NewStringCmd(ctx, "getset", key, ours.value)
 	var fence *redis.IntCmd
 

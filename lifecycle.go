@@ -75,8 +75,8 @@ func (k *Lock) Context(parent context.Context) context.Context {
 // except that a release confirmed after the lease ran out unconfirmed
 // reports that loss, as Done and Err have (H11).
 func (k *Lock) finish(state lockState, err error) error {
-	k.state.end(state)
-	if k.lease.end(err) {
+	k.state.settle(state)
+	if k.lease.conclude(err) {
 		k.announceEnd(err)
 		return err
 	}
@@ -118,7 +118,7 @@ func (k *Lock) endIfRunOut() bool {
 		return ranOut{key: k.key, at: ends}
 	})
 	if ranOut {
-		k.state.end(lost)
+		k.state.settle(lost)
 		k.announceEnd(k.Err())
 	}
 	return k.lease.over()

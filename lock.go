@@ -56,9 +56,9 @@ type atomicState struct{ v atomic.Int32 }
 func (s *atomicState) load() lockState   { return lockState(s.v.Load()) }
 func (s *atomicState) store(x lockState) { s.v.Store(int32(x)) }
 
-// end moves the Lock to an end of its life, released or lost; released is
+// settle moves the Lock to an end of its life, released or lost; released is
 // final, so that nothing is sent for a released lock again (H3).
-func (s *atomicState) end(x lockState) {
+func (s *atomicState) settle(x lockState) {
 	for {
 		current := s.v.Load()
 		if lockState(current) == released || s.v.CompareAndSwap(current, int32(x)) {

@@ -19,10 +19,10 @@ type stamp struct {
 // from it, so it never ends a lease the value still states is live.
 func (s stamp) length() time.Duration { return s.expiry.Sub(s.start) }
 
-// newStamp is a lease of the Locker's TTL beginning at now, in its format:
+// attemptStamp is a lease of the Locker's TTL beginning at now, in its format:
 // carrying the token of entry for a queued attempt, else a fresh owner
 // token where the format carries one.
-func (l *Locker) newStamp(now time.Time, entry *queueEntry) stamp {
+func (l *Locker) attemptStamp(now time.Time, entry *queueEntry) stamp {
 	token := ""
 	switch {
 	case entry != nil:
