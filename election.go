@@ -34,24 +34,6 @@ import (
 // yet published its record.
 var ErrNoLeader = errors.New("setnxlock: no leader")
 
-// ElectionKey returns the lock key candidates of the election name race
-// for: "{name}.election", or name plus ".election" when name has a Redis
-// Cluster hash tag of its own.
-func ElectionKey(name string) string { return sameSlotKey(name, ".election") }
-
-// LeaderKey returns the key of the election's record of who leads, in the
-// same Cluster slot as ElectionKey(name). It holds
-// "<term>:<owner token>:<value>", and is believed only while
-// ElectionKey(name) holds a live lease with the same owner token. It has no
-// expiry of its own, like the term counter: each leader overwrites it and
-// Resign deletes it.
-func LeaderKey(name string) string { return sameSlotKey(name, ".leader") }
-
-// LeaderChannel returns the pub/sub channel on which a new leader of the
-// election name publishes its record, and a resigning one "". Observe
-// listens on it.
-func LeaderChannel(name string) string { return "setnxlock:leader:" + name }
-
 // Leader is who leads an election, as Locker.Leader and Locker.Observe
 // report it. The zero Leader means nobody leads.
 type Leader struct {
