@@ -59,7 +59,7 @@ func (l *Locker) tryAcquire(ctx context.Context, key string, entry *queueEntry) 
 // the key changed under it (released between SETNX and GET, or taken over
 // by someone else first): the caller looks again.
 func (l *Locker) attempt(ctx context.Context, key string, entry *queueEntry) (lock *Lock, refused refusal, startOver bool, err error) {
-	ours := l.newStamp(l.cfg.clock.Now(), entry)
+	ours := l.attemptStamp(l.cfg.clock.Now(), entry)
 
 	// Step 1: SETNX key <expiry>; step 2, when the key exists: GET it to
 	// read whose lease it is. A queued attempt also claims a key handed to
@@ -78,7 +78,7 @@ func (l *Locker) attempt(ctx context.Context, key string, entry *queueEntry) (lo
 		ours = *claimed.restamped
 	}
 	if claimed.created {
-		lock, err := l.won(ctx, key, ours, claimed.fencingToken, entry, !claimed.dequeued)
+		lock, err := l.grantWin(ctx, key, ours, claimed.fencingToken, entry, !claimed.dequeued)
 		return lock, refusal{}, false, err
 	}
 	if !claimed.found {
@@ -97,10 +97,10 @@ func (l *Locker) attempt(ctx context.Context, key string, entry *queueEntry) (lo
 	return lock, refusal{}, startOver, err
 }
 
-// won hands out a lock its attempt's own write just won, and takes a
+// grantWin hands out a lock its attempt's own write just won, and takes a
 // queued attempt's entry off the queue when that write did not (the
 // command path after scripts were refused, or a refused ZREM).
-func (l *Locker) won(ctx context.Context, key string, ours stamp, fencingToken int64, entry *queueEntry, stillQueued bool) (*Lock, error) {
+func (l *Locker) grantWin(ctx context.Context, key string, ours stamp, fencingToken int64, entry *queueEntry, stillQueued bool) (*Lock, error) {
 	if entry != nil && stillQueued {
 		l.dequeue(ctx, entry)
 	}
@@ -122,7 +122,7 @@ func (l *Locker) ownLostWrite(ctx context.Context, key string, write stamp, entr
 	l.setSafetyNet(ctx, key, write) // H6: the write whose reply was lost may not have got its net
 	// Won outside the queue's own steps: the entry must not be handed the
 	// key later (one owner per value).
-	lock, err = l.won(ctx, key, write, 0, entry, true)
+	lock, err = l.grantWin(ctx, key, write, 0, entry, true)
 	return lock, false, err
 }
 
@@ -147,34 +147,6 @@ func (l *Locker) judge(key string, claimed claimOutcome, now time.Time) (refusal
 	return refused, fmt.Errorf("%w: %q is held until %s", ErrNotAcquired, key, holderExpiry.UTC().Format(time.RFC3339Nano))
 }
 
-// newStamp is a lease of the Locker's TTL beginning at now, in its format:
-// carrying the token of entry for a queued attempt, else a fresh owner
-// token where the format carries one.
-func (l *Locker) newStamp(now time.Time, entry *queueEntry) stamp {
-	token := ""
-	switch {
-	case entry != nil:
-		token = entry.token
-	case l.cfg.format.tokens():
-		token = newToken()
-	}
-	return l.cfg.format.newStamp(now, l.cfg.ttl, token)
-}
-
-// remember records a write whose reply was lost (H5), where the format lets
-// us recognise it later. A bare timestamp does not: another client writing
-// in the same millisecond (or second) with the same TTL writes the very same
-// value, so claiming it could hand one lease to two clients. Without a
-// token the Locker waits a lost write out instead, as classic clients do.
-// A queued attempt's write carries its entry's token and belongs to that
-// wait alone, which recognises it by the token (queued.lua): it never
-// enters the Locker's memory, where another attempt could claim it too.
-func (l *Locker) remember(key string, write stamp, entry *queueEntry) {
-	if entry == nil && l.cfg.format.tokens() {
-		l.pending.remember(key, write, l.cfg.clock.Now())
-	}
-}
-
 // recognise reports whether current, found at key after our SETNX answered
 // 0, is a value only we can have written (H5): either go-redis resent this
 // attempt's SETNX after losing the reply of a first copy that was applied,
@@ -188,78 +160,6 @@ func (l *Locker) recognise(key, current string, attempt stamp, now time.Time) (s
 		return attempt, true
 	}
 	return l.pending.take(key, current, now)
-}
-
-// grant hands out the lock we just won, unless its lease already ended
-// while we waited for Redis's reply (a stall like H8's): a Lock that is over
-// before the caller sees it would only invite work outside the lease. The
-// lease ends, for us, when we believe it does (H4: ourLeaseEnd).
-func (l *Locker) grant(key string, won stamp, fencingToken int64, kind EventKind) (*Lock, error) {
-	now := l.cfg.clock.Now()
-	ends := l.ourLeaseEnd(won.expiry, now)
-	if expired(ends, now) {
-		return nil, fmt.Errorf("%w: %q: our lease ended before the reply arrived", ErrNotAcquired, key)
-	}
-	lock := &Lock{
-		locker: l, key: key, token: tokenOf(won.value), value: won.value, fencingToken: fencingToken,
-		op: make(chan struct{}, 1), lease: newLease(won.start, ends),
-	}
-	if !l.cfg.format.tokens() {
-		lock.token = ""
-	}
-	l.observe(Event{Kind: kind, Key: key, ExpiresAt: ends, FencingToken: fencingToken})
-	if l.cfg.autoRefresh {
-		lock.startKeeper()
-	}
-	return lock, nil
-}
-
-// safetyNet is how long Redis keeps a key whose lease ends in remaining:
-// the lease, then the grace period (H6).
-func (l *Locker) safetyNet(remaining time.Duration) time.Duration {
-	if l.cfg.grace > 0 {
-		return remaining + l.cfg.grace
-	}
-	return remaining + l.cfg.ttl
-}
-
-// setSafetyNet gives a key we created with SETNX its Redis expiry (H6).
-// SETNX cannot carry one, and a PEXPIRE sent blindly alongside it would
-// touch someone else's key when SETNX fails, so it follows the win, at
-// once, before anything that may stall.
-//
-// It is a watched transaction: WATCH with GET of the key, then MULTI,
-// PEXPIRE, EXEC only while the key holds exactly won's value. A plain
-// PEXPIRE would be an unconditional write that can move a lease back
-// (H10): a late copy of it (held in the network past the ReadTimeout, or
-// the first copy of a go-redis retry) that lands after a Refresh longer
-// than TTL + grace, or on a successor's key of a longer lease or of a
-// classic client that sets no expiry, makes Redis delete the key while
-// that lease is live. The EXEC goes out only once the WATCH has been
-// answered, on the WATCH's connection, so a late EXEC runs after every
-// later write of ours or of a successor to the key, and any of them
-// aborts it; one that runs finds the key as the GET saw it, ours, and its
-// net, counted from when it runs, ends after our lease. So the net never
-// ends a live lease, whoever holds it.
-//
-// The cost is one round trip more than a plain PEXPIRE on a single server
-// (WATCH with GET, then MULTI/PEXPIRE/EXEC; two more on a Cluster, where
-// WATCH goes alone), paid only where the net cannot go with the write: the
-// classic commands (WithClassicCommands, or a server that refuses SET's NX
-// and PX) and a write of ours recognised after its reply was lost (H5).
-// PEXPIRE's NX option (Redis 7.0) would save that round trip but is no
-// fast path here: a server that has it takes SET NX PX and comes here only
-// when asked for the classic commands alone, and a late copy of it still
-// sets our net on a successor's key that has none yet (a classic client's,
-// or a Locker's before its own net, which NX then refuses).
-//
-// It is best effort: if it fails, the key behaves like a classic lock
-// until a refresh or a takeover sets the net.
-func (l *Locker) setSafetyNet(ctx context.Context, key string, won stamp) {
-	net := l.safetyNet(won.length())
-	_, _ = l.compareAndWrite(ctx, key,
-		func(current string) bool { return current == won.value }, // H10: never onto a later value, ours or a successor's
-		func(pipe redis.Pipeliner) { pipe.PExpire(ctx, key, net) })
 }
 
 // Acquire takes the lock on key, waiting while another client holds it.

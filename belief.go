@@ -30,3 +30,9 @@ func (l *Locker) ourLeaseEnd(stated, now time.Time) time.Time {
 func (l *Locker) takeableAt(heldUntil time.Time) time.Time {
 	return heldUntil.Add(l.cfg.skewMargin + uncertaintyOf(l.cfg.clock))
 }
+
+// expired reports whether a lease ending at expiry is over at now. The SETNX
+// page's rule: a timestamp <= the current time is no longer valid.
+func expired(expiry, now time.Time) bool {
+	return !expiry.After(now)
+}

@@ -54,7 +54,7 @@ func (p commandPath) queuedClaim(ctx context.Context, key string, ours stamp, en
 		return claimOutcome{}, fmt.Errorf("setnxlock: SETNX %q: %w", key, err)
 	}
 	if created {
-		return claimOutcome{created: true}, nil // won takes the entry off the queue
+		return claimOutcome{created: true}, nil // grantWin takes the entry off the queue
 	}
 	waiters := waitersKey(key)
 	var get *redis.StringCmd

@@ -77,25 +77,6 @@ func (p commandPath) leave(ctx context.Context, entry *queueEntry) error {
 	return err
 }
 
-// deleteOwned deletes key if it holds a value owned reports ours, and
-// publishes the release on the key's wake channel, in one watched
-// transaction. A refused PUBLISH aborts the transaction: wake-ups are then
-// switched off and the transaction runs again without it.
-func (l *Locker) deleteOwned(ctx context.Context, key string, owned func(current string) bool) (bool, error) {
-	for {
-		publish := l.caps.allows(capPubSub)
-		deleted, err := l.compareAndWrite(ctx, key, owned, func(pipe redis.Pipeliner) {
-			pipe.Del(ctx, key)
-			if publish {
-				pipe.Publish(ctx, WakeChannel(key), key)
-			}
-		})
-		if !publish || !l.caps.narrow(capPubSub, err) {
-			return deleted, err
-		}
-	}
-}
-
 // setnx creates key with our value if it does not exist, and gives it the
 // safety net (H6). Where the server knows SET's NX and PX options (Redis
 // 2.6.12 and later) that is one atomic command; elsewhere it is the classic
@@ -172,18 +153,41 @@ func (l *Locker) get(ctx context.Context, key string) (value string, found bool,
 	return stringReply(l.client.Get(ctx, key))
 }
 
-// stringReply unpacks a bulk-string reply, turning a missing key into
-// found=false and a WRONGTYPE reply into ErrNotLockValue (H7).
-func stringReply(cmd *redis.StringCmd) (string, bool, error) {
-	value, err := cmd.Result()
-	switch {
-	case err == nil:
-		return value, true, nil
-	case errors.Is(err, redis.Nil):
-		return "", false, nil
-	case isWrongType(err):
-		return "", false, errors.Join(ErrNotLockValue, err)
-	default:
-		return "", false, err
-	}
+// setSafetyNet gives a key we created with SETNX its Redis expiry (H6).
+// SETNX cannot carry one, and a PEXPIRE sent blindly alongside it would
+// touch someone else's key when SETNX fails, so it follows the win, at
+// once, before anything that may stall.
+//
+// It is a watched transaction: WATCH with GET of the key, then MULTI,
+// PEXPIRE, EXEC only while the key holds exactly the value of ours. A plain
+// PEXPIRE would be an unconditional write that can move a lease back
+// (H10): a late copy of it (held in the network past the ReadTimeout, or
+// the first copy of a go-redis retry) that lands after a Refresh longer
+// than TTL + grace, or on a successor's key of a longer lease or of a
+// classic client that sets no expiry, makes Redis delete the key while
+// that lease is live. The EXEC goes out only once the WATCH has been
+// answered, on the WATCH's connection, so a late EXEC runs after every
+// later write of ours or of a successor to the key, and any of them
+// aborts it; one that runs finds the key as the GET saw it, ours, and its
+// net, counted from when it runs, ends after our lease. So the net never
+// ends a live lease, whoever holds it.
+//
+// The cost is one round trip more than a plain PEXPIRE on a single server
+// (WATCH with GET, then MULTI/PEXPIRE/EXEC; two more on a Cluster, where
+// WATCH goes alone), paid only where the net cannot go with the write: the
+// classic commands (WithClassicCommands, or a server that refuses SET's NX
+// and PX) and a write of ours recognised after its reply was lost (H5).
+// PEXPIRE's NX option (Redis 7.0) would save that round trip but is no
+// fast path here: a server that has it takes SET NX PX and comes here only
+// when asked for the classic commands alone, and a late copy of it still
+// sets our net on a successor's key that has none yet (a classic client's,
+// or a Locker's before its own net, which NX then refuses).
+//
+// It is best effort: if it fails, the key behaves like a classic lock
+// until a refresh or a takeover sets the net.
+func (l *Locker) setSafetyNet(ctx context.Context, key string, ours stamp) {
+	net := l.safetyNet(ours.length())
+	_, _ = l.compareAndWrite(ctx, key,
+		func(current string) bool { return current == ours.value }, // H10: never onto a later value, ours or a successor's
+		func(pipe redis.Pipeliner) { pipe.PExpire(ctx, key, net) })
 }

@@ -12,12 +12,6 @@ import (
 // recognised as over once its expiry timestamp has passed and is then taken
 // over, following the SETNX page.
 
-// expired reports whether a lease ending at expiry is over at now. The SETNX
-// page's rule: a timestamp <= the current time is no longer valid.
-func expired(expiry, now time.Time) bool {
-	return !expiry.After(now)
-}
-
 // restoreTimeout bounds the restore of a value a GETSET should never have
 // replaced; it runs even when the caller's context has ended, since leaving
 // our value in someone else's place is worse than a late return.
@@ -42,7 +36,7 @@ const restoreTimeout = time.Second
 // took it over or released it, or it became another type; the caller should
 // look again.
 func (l *Locker) takeOver(ctx context.Context, key, expiredValue string, entry *queueEntry) (lock *Lock, startOver bool, err error) {
-	ours := l.newStamp(l.cfg.clock.Now(), entry)
+	ours := l.attemptStamp(l.cfg.clock.Now(), entry)
 	getset := redis.NewStringCmd(ctx, "getset", key, ours.value)
 	var fence *redis.IntCmd
 
@@ -80,14 +74,20 @@ func (l *Locker) takeOver(ctx context.Context, key, expiredValue string, entry *
 		return nil, true, nil
 	}
 
-	// The page's check: the lock is ours only if the old value is still
-	// expired (or missing). Under WATCH it always is. If it is not, the
-	// server or a proxy ignores WATCH: we have overwritten someone's live
-	// lease. Put it back as best we can and stop: without WATCH neither
-	// takeover nor release is safe, and a retry would only do it again.
+	lock, err = l.tookOver(ctx, key, ours, getset, fence, entry)
+	return lock, false, err
+}
+
+// tookOver reads the reply of a takeover's GETSET, which ran, and grants
+// the lock. The page's check: the lock is ours only if the old value is
+// still expired (or missing). Under WATCH it always is. If it is not, the
+// server or a proxy ignores WATCH: we have overwritten someone's live
+// lease. Put it back as best we can and stop: without WATCH neither
+// takeover nor release is safe, and a retry would only do it again.
+func (l *Locker) tookOver(ctx context.Context, key string, ours stamp, getset *redis.StringCmd, fence *redis.IntCmd, entry *queueEntry) (*Lock, error) {
 	old, found, err := stringReply(getset)
 	if err != nil {
-		return nil, false, fmt.Errorf("setnxlock: GETSET %q: %w", key, err)
+		return nil, fmt.Errorf("setnxlock: GETSET %q: %w", key, err)
 	}
 	oldExpiry, parseErr := parseExpiry(old)
 	if !found || parseErr == nil && expired(oldExpiry, l.cfg.clock.Now()) {
@@ -95,13 +95,12 @@ func (l *Locker) takeOver(ctx context.Context, key, expiredValue string, entry *
 		if fence != nil {
 			token = fence.Val()
 		}
-		lock, err := l.grantReplicated(ctx, key, ours, token, EventRecovered, entry)
-		return lock, false, err
+		return l.grantReplicated(ctx, key, ours, token, EventRecovered, entry)
 	}
 	if err := l.restore(ctx, key, ours.value, old); err != nil {
-		return nil, false, fmt.Errorf("%w: GETSET on %q replaced a live lease, and putting it back failed: %w", ErrWatchIgnored, key, err)
+		return nil, fmt.Errorf("%w: GETSET on %q replaced a live lease, and putting it back failed: %w", ErrWatchIgnored, key, err)
 	}
-	return nil, false, fmt.Errorf("%w: GETSET on %q replaced a live lease; it was put back", ErrWatchIgnored, key)
+	return nil, fmt.Errorf("%w: GETSET on %q replaced a live lease; it was put back", ErrWatchIgnored, key)
 }
 
 // restore puts back the value a GETSET replaced, if the key still holds the

@@ -51,7 +51,9 @@
 // repeats one attempt, the page's three
 // steps plus recognising our own writes whose reply was lost (pending.go),
 // and waits in between (wait.go). The takeover of an expired lease is
-// deadlock.go; the transaction core every guarded write runs in is
+// deadlock.go; a won lock is handed out by grant.go; the values an attempt
+// writes are stamps (stamp.go, with the safety net's length); the
+// transaction core every guarded write runs in, and the owned-delete, is
 // transaction.go.
 //
 // The three paths (path.go), one interface, chosen in one place (onPath):
@@ -74,12 +76,14 @@
 //
 // The Lock (lock.go) owns its values and talks to Redis in its turn
 // (turn.go), never past its lease's end; its lease (lease.go) says when it
-// ends, and is renewed, watched and reported by lifecycle.go and
-// refresh.go. What the server and user allow is capabilities.go, read from
-// replies by their error code (replies.go). Keys and channel names:
-// keys.go. Values: value.go (reading), format.go (writing). Also: clock.go,
-// serverclock.go, clockwait.go (timers that follow their clock), belief.go
-// (a lease's end as we believe it), fencing.go, observer.go, options.go,
+// ends; the lease keeper (keeper.go) renews it until Release or Orphan,
+// and watches it run out; refresh.go moves it, and lifecycle.go reports
+// how the Lock's life ended. What the server and user allow is
+// capabilities.go, read from replies by their error code (replies.go).
+// Keys and channel names: keys.go. Values: value.go (reading), format.go
+// (writing). Also: clock.go, serverclock.go, clockwait.go (timers that
+// follow their clock), belief.go (a lease's end as we believe it, and
+// when one is over), fencing.go, observer.go, options.go,
 // errors.go; status.go reads a key from the outside (Status) and breaks it
 // (ForceRelease); replicas.go makes lease writes wait for replicas
 // (WithReplicas). The release's owner check (H3) is ownercheck.go;
@@ -90,8 +94,10 @@
 // lock on ElectionKey(name), taken with a fencing token (its term) and
 // renewed in the background, and publishes who leads in a record at
 // LeaderKey(name) written only while the lock is its own (election.go:
-// Campaign, Leadership, Resign, Leader); election_observe.go follows an
-// election (Observe) and election_lead.go is the service idiom (Lead).
+// Campaign, Leadership, Resign; election_record.go: the record, published
+// and unpublished); election_read.go reads who leads (Leader),
+// election_observe.go follows an election (Observe) and election_lead.go
+// is the service idiom (Lead).
 //
 // # Hazards
 //
@@ -102,12 +108,12 @@
 //	H3  release or refresh after our lease ended: compare-and-delete/-set on our value (lock.go, refresh.go, lua/owned.lua)
 //	H4  clocks disagree: one Clock per Locker, ServerClock, WithSkewMargin, its Uncertainty (clock.go, serverclock.go, belief.go, acquire.go)
 //	H5  a reply is lost after the write applied: our writes are recognised (pending.go, queue.go, lua/release.lua)
-//	H6  keys left forever: a relative PEXPIRE a grace past every lease (acquire.go, commands.go)
+//	H6  keys left forever: a relative PEXPIRE a grace past every lease (stamp.go, commands.go)
 //	H7  the key holds no lock value: ErrNotLockValue, the key untouched (value.go)
 //	H8  the holder stalls past its lease: Done, Err, Context, fencing tokens (lifecycle.go, fencing.go)
 //	H9  a restart without persistence, or a failover, loses the key: WithReplicas waits for replicas (replicas.go); the rest is documented (docs/HOW-IT-WORKS.md)
 //	H10 a request arrives late, after later writes: every unconditional write only moves a lease forward (queue.go, lua/queued.lua)
-//	H11 the holder is cut off from Redis: the loss is signalled at the lease's end, whatever is in flight (turn.go, lifecycle.go, lease.go)
+//	H11 the holder is cut off from Redis: the loss is signalled at the lease's end, whatever is in flight (turn.go, keeper.go, lifecycle.go, lease.go)
 //
 // Safety rests on clocks: every process locking the same key must agree on
 // the time to within the skew margin, because an expired lease is judged by

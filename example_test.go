@@ -232,6 +232,40 @@ func ExampleLock_Refresh() {
 	// Output: 12:01:08
 }
 
+// A job that must hold its key for at least a minute, even when its work
+// ends sooner (a daily report run from several hosts: whoever comes second
+// within the minute must not run it again), stops renewing and leaves the
+// lease to end at that instant.
+func ExampleLock_Orphan() {
+	client, done := newClient()
+	defer done()
+	ctx := context.Background()
+	clock := setnxlock.NewManualClock(time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC))
+	locker, _ := setnxlock.New(client, setnxlock.WithClock(clock), setnxlock.WithTTL(10*time.Second), setnxlock.WithAutoRefresh())
+
+	lock, _ := locker.TryAcquire(ctx, "lock.report")
+	// ... the work, done in 5s, while the lease is renewed ...
+	clock.Advance(5 * time.Second)
+	lock.Orphan()                         // no more renewals; the key stays ours
+	_ = lock.Refresh(ctx, 55*time.Second) // once: the lease now ends a minute after it began
+	fmt.Println("left to end at", lock.ExpiresAt().Format(time.TimeOnly))
+
+	_, err := locker.TryAcquire(ctx, "lock.report")
+	fmt.Println("a second run:", errors.Is(err, setnxlock.ErrNotAcquired))
+
+	clock.Set(lock.ExpiresAt())
+	select {
+	case <-lock.Done(): // the lease has run out by the Locker's clock
+		fmt.Println("ended:", errors.Is(lock.Err(), setnxlock.ErrNotHeld))
+	case <-time.After(10 * time.Second):
+		fmt.Println("still held")
+	}
+	// Output:
+	// left to end at 12:01:00
+	// a second run: true
+	// ended: true
+}
+
 // fencedStore is a toy protected resource: it remembers the highest fencing
 // token it has accepted and rejects writes that carry a lower one.
 type fencedStore struct {

@@ -61,19 +61,6 @@ func WithFormat(f Format) Option {
 // tokens reports whether values of this format carry an owner token.
 func (f Format) tokens() bool { return f == TokenFormat }
 
-// stamp is one value we write into a lock key: the value itself, the
-// expiry it states, and when by our clock the lease it grants began.
-type stamp struct {
-	value  string
-	expiry time.Time
-	start  time.Time
-}
-
-// length is how long the lease lasts from its start: the TTL, plus what
-// the format's rounding added. The server-side safety net (H6) is counted
-// from it, so it never ends a lease the value still states is live.
-func (s stamp) length() time.Duration { return s.expiry.Sub(s.start) }
-
 // newStamp renders a lease of length ttl beginning at now. The expiry is
 // the one the value states: now + ttl cut to the millisecond, or, in the
 // classic writers' formats, plus their +1 (a millisecond, or a second after

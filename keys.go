@@ -57,3 +57,21 @@ const handoffChannelPrefix = "setnxlock:handoff:"
 
 // handoffChannel names the channel of the Locker whose id is lockerID.
 func handoffChannel(lockerID string) string { return handoffChannelPrefix + lockerID }
+
+// ElectionKey returns the lock key candidates of the election name race
+// for: "{name}.election", or name plus ".election" when name has a Redis
+// Cluster hash tag of its own.
+func ElectionKey(name string) string { return sameSlotKey(name, ".election") }
+
+// LeaderKey returns the key of the election's record of who leads, in the
+// same Cluster slot as ElectionKey(name). It holds
+// "<term>:<owner token>:<value>", and is believed only while
+// ElectionKey(name) holds a live lease with the same owner token. It has no
+// expiry of its own, like the term counter: each leader overwrites it and
+// Resign deletes it.
+func LeaderKey(name string) string { return sameSlotKey(name, ".leader") }
+
+// LeaderChannel returns the pub/sub channel on which a new leader of the
+// election name publishes its record, and a resigning one "". Observe
+// listens on it.
+func LeaderChannel(name string) string { return "setnxlock:leader:" + name }

@@ -16,9 +16,9 @@ type lease struct {
 	expiresAt time.Time // when it ends by the Locker's clock
 	err       error     // why the Lock's life ended: nil after Release, ErrNotHeld after a loss
 
-	done       chan struct{} // closed once, by end, when the Lock is released or lost
+	done       chan struct{} // closed once, by conclude, when the Lock is released or lost
 	ended      sync.Once
-	moved      chan struct{} // nudges the keeper (lifecycle.go) when the end moves
+	moved      chan struct{} // nudges the keeper (keeper.go) when the end moves
 	keeping    sync.Once
 	keeperDone chan struct{} // closed when the keeper goroutine has returned; nil if none started
 }
@@ -60,12 +60,12 @@ func (s *lease) move(start, end time.Time) bool {
 	return true
 }
 
-// end ends the Lock's life with err (nil for a release), and reports
+// conclude ends the Lock's life with err (nil for a release), and reports
 // whether this call ended it: only the first does.
-func (s *lease) end(err error) (ended bool) {
+func (s *lease) conclude(err error) (ended bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.endLocked(err)
+	return s.concludeLocked(err)
 }
 
 // runOut ends the Lock's life as lost if its lease has ended by now, and
@@ -78,10 +78,10 @@ func (s *lease) runOut(now time.Time, err func(ends time.Time) error) bool {
 	if s.over() || !expired(s.expiresAt, now) {
 		return false
 	}
-	return s.endLocked(err(s.expiresAt))
+	return s.concludeLocked(err(s.expiresAt))
 }
 
-func (s *lease) endLocked(err error) (ended bool) {
+func (s *lease) concludeLocked(err error) (ended bool) {
 	s.ended.Do(func() {
 		s.err = err
 		close(s.done)

@@ -29,18 +29,20 @@ type Lock struct {
 	lease *lease // its end, its renewals' start, and how its life ended (lease.go)
 }
 
-// lockState is where a Lock is in its life: held, then releasing once
-// Release is called, inDoubt while a Release that failed in transit may
-// have deleted the key, and released once a Release has done its round
-// trip, whatever it found; or lost when a renewal, a Refresh or the
-// lease's end says the key is no longer ours. released and lost are its
-// ends: Done is closed, and Err says whether the lease was lost. A lost
-// Lock may still be released (its value, if still there, is deleted as a
-// courtesy); a released one is never touched again.
+// lockState is where a Lock is in its life: held (or orphaned, once
+// Orphan has stopped its renewals), then releasing once Release is called,
+// inDoubt while a Release that failed in transit may have deleted the key,
+// and released once a Release has done its round trip, whatever it found;
+// or lost when a renewal, a Refresh or the lease's end says the key is no
+// longer ours. released and lost are its ends: Done is closed, and Err
+// says whether the lease was lost. A lost Lock may still be released (its
+// value, if still there, is deleted as a courtesy); a released one is
+// never touched again.
 type lockState int32
 
 const (
 	held      lockState = iota // ours while the lease lasts; renewed with auto-refresh
+	orphaned                   // Orphan was called: ours while the lease lasts, never renewed by the keeper
 	releasing                  // Release was called: no more renewals, whatever its outcome
 	inDoubt                    // a Release failed in transit and may have deleted the key
 	released                   // Release did its round trip
@@ -54,9 +56,9 @@ type atomicState struct{ v atomic.Int32 }
 func (s *atomicState) load() lockState   { return lockState(s.v.Load()) }
 func (s *atomicState) store(x lockState) { s.v.Store(int32(x)) }
 
-// end moves the Lock to an end of its life, released or lost; released is
+// settle moves the Lock to an end of its life, released or lost; released is
 // final, so that nothing is sent for a released lock again (H3).
-func (s *atomicState) end(x lockState) {
+func (s *atomicState) settle(x lockState) {
 	for {
 		current := s.v.Load()
 		if lockState(current) == released || s.v.CompareAndSwap(current, int32(x)) {

@@ -67,3 +67,17 @@ func unexpired(writes []stamp, now time.Time) []stamp {
 	}
 	return live
 }
+
+// remember records a write whose reply was lost (H5), where the format lets
+// us recognise it later. A bare timestamp does not: another client writing
+// in the same millisecond (or second) with the same TTL writes the very same
+// value, so claiming it could hand one lease to two clients. Without a
+// token the Locker waits a lost write out instead, as classic clients do.
+// A queued attempt's write carries its entry's token and belongs to that
+// wait alone, which recognises it by the token (queued.lua): it never
+// enters the Locker's memory, where another attempt could claim it too.
+func (l *Locker) remember(key string, write stamp, entry *queueEntry) {
+	if entry == nil && l.cfg.format.tokens() {
+		l.pending.remember(key, write, l.cfg.clock.Now())
+	}
+}

@@ -155,26 +155,3 @@ func (l *Locker) replicate(ctx context.Context, lease ourWrite, length time.Dura
 	}
 	return nil
 }
-
-// grantReplicated is grant for a lease our write just won, once enough
-// replicas have it. Otherwise the write is undone: deleted while the key
-// holds exactly our value, and waiters woken. A bare timestamp is undone
-// only when the server holding it answered (a failover may have put an
-// identical value of another client's where ours was). If the undo
-// fails, the write is remembered as one whose reply was lost (H5), so
-// that the next attempt takes it (through here again) instead of waiting
-// out our own lease.
-func (l *Locker) grantReplicated(ctx context.Context, key string, won stamp, fencingToken int64, kind EventKind, entry *queueEntry) (*Lock, error) {
-	err := l.replicate(ctx, ourWrite{key, won.value}, won.length(), won.expiry)
-	if err == nil {
-		return l.grant(key, won, fencingToken, kind)
-	}
-	if !l.cfg.format.tokens() && (!errors.Is(err, ErrNotReplicated) || errors.Is(err, errNotOurs)) {
-		return nil, err
-	}
-	if _, undoErr := l.undoWrite(ctx, key, won.value); undoErr != nil {
-		l.remember(key, won, entry)
-		return nil, errors.Join(err, fmt.Errorf("setnxlock: undo of %q: %w", key, undoErr))
-	}
-	return nil, err
-}

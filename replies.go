@@ -30,7 +30,7 @@ func reply(err error) (code, message string, ok bool) {
 // stop using it. It reads the reply's error code, the first word, never a
 // word of its prose: NOPERM is a refusal; the generic ERR code is one only
 // with the fixed messages Redis and proxies give for a command, subcommand
-// or option they do not know (refusalMessages). Every other code is
+// or option they do not know (refusedMessages). Every other code is
 // transient or a real failure, and never switches a feature off: MISCONF,
 // OOM, READONLY, LOADING, BUSY, TRYAGAIN, MASTERDOWN, CLUSTERDOWN,
 // NOREPLICAS. Inside a transaction the refused command's own error comes
@@ -47,8 +47,8 @@ func refused(err error) bool {
 		return true
 	case "ERR":
 		message = strings.ToLower(message)
-		for _, refusal := range refusalMessages {
-			if strings.HasPrefix(message, refusal) {
+		for _, prefix := range refusedMessages {
+			if strings.HasPrefix(message, prefix) {
 				return true
 			}
 		}
@@ -56,12 +56,12 @@ func refused(err error) bool {
 	return false
 }
 
-// refusalMessages begin the ERR replies that mean "not here, not ever": an
+// refusedMessages begin the ERR replies that mean "not here, not ever": an
 // unknown command or subcommand, an option a server older than it does not
 // parse (SET's NX and PX before Redis 2.6.12), proxies that do not pass a
 // command on, and Redis 7.0's ACL refusals of commands inside scripts
 // (later versions answer those with NOPERM).
-var refusalMessages = []string{
+var refusedMessages = []string{
 	"unknown command", "unknown subcommand", "syntax error", "wrong number of arguments",
 	"unsupported command", "command not supported", "command not allowed",
 	"the user executing the script can't", // Redis 7.0's ACL refusal of a command a script runs
@@ -109,4 +109,20 @@ func isReplyError(err error) bool {
 func isWrongType(err error) bool {
 	code, _, ok := reply(err)
 	return ok && code == "WRONGTYPE"
+}
+
+// stringReply unpacks a bulk-string reply, turning a missing key into
+// found=false and a WRONGTYPE reply into ErrNotLockValue (H7).
+func stringReply(cmd *redis.StringCmd) (string, bool, error) {
+	value, err := cmd.Result()
+	switch {
+	case err == nil:
+		return value, true, nil
+	case errors.Is(err, redis.Nil):
+		return "", false, nil
+	case isWrongType(err):
+		return "", false, errors.Join(ErrNotLockValue, err)
+	default:
+		return "", false, err
+	}
 }

@@ -132,9 +132,9 @@ const (
 func (p scriptPath) release(ctx context.Context, k *Lock) (bool, error) {
 	l := p.l
 	marking, handing := l.caps.allows(capReleaseMarker), l.handsOver()
-	deleted, refusal := l.runRelease(ctx, k, marking, handing)
-	if !refused(refusal) || !marking && !handing {
-		return deleted, refusal
+	deleted, denied := l.runRelease(ctx, k, marking, handing)
+	if !refused(denied) || !marking && !handing {
+		return deleted, denied
 	}
 	type without struct {
 		marking, handing bool
@@ -155,14 +155,14 @@ func (p scriptPath) release(ctx context.Context, k *Lock) (bool, error) {
 		deleted, err := l.runRelease(ctx, k, run.marking, run.handing)
 		if err == nil {
 			for _, x := range run.blamed {
-				l.caps.narrow(x, refusal)
+				l.caps.narrow(x, denied)
 			}
 		}
 		if !refused(err) {
 			return deleted, err
 		}
 	}
-	return false, refusal
+	return false, denied
 }
 
 // runRelease runs release.lua once, with the release marker and the
@@ -171,21 +171,21 @@ func (l *Locker) runRelease(ctx context.Context, k *Lock, marking, handing bool)
 	now := l.cfg.clock.Now()
 	keys := make([]string, 1, 3) // the key, its marker, its waiters: one allocation
 	keys[0] = k.key
-	channel, hand, remember := "", any(""), int64(0)
+	channel, hand, markFor := "", any(""), int64(0)
 	if l.caps.allows(capPubSub) {
 		channel = WakeChannel(k.key)
 	}
 	if marking {
-		remember = max(k.ExpiresAt().Sub(now).Milliseconds(), 0) // the rest of the lease: a resend later finds it over anyway
+		markFor = max(k.ExpiresAt().Sub(now).Milliseconds(), 0) // the rest of the lease: a resend later finds it over anyway
 	}
-	if remember > 0 {
+	if markFor > 0 {
 		keys = append(keys, releasedKey(k.key))
 	}
 	if handing {
 		keys = append(keys, waitersKey(k.key))
 		hand = l.cfg.starvation.Microseconds()
 	}
-	args := []any{channel, now.UnixMicro(), hand, claimWindow.Milliseconds(), remember, k.token}
+	args := []any{channel, now.UnixMicro(), hand, claimWindow.Milliseconds(), markFor, k.token}
 	if k.token == "" {
 		// This run's own id: what a resend recognises its work by, since a
 		// bare value may be written again, identically, by the next holder.

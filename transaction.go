@@ -145,3 +145,22 @@ func (l *Locker) undoWrite(ctx context.Context, key, value string) (deleted bool
 	defer cancel()
 	return l.deleteOwned(ctx, key, func(current string) bool { return current == value })
 }
+
+// deleteOwned deletes key if it holds a value owned reports ours, and
+// publishes the release on the key's wake channel, in one watched
+// transaction. A refused PUBLISH aborts the transaction: wake-ups are then
+// switched off and the transaction runs again without it.
+func (l *Locker) deleteOwned(ctx context.Context, key string, owned func(current string) bool) (bool, error) {
+	for {
+		publish := l.caps.allows(capPubSub)
+		deleted, err := l.compareAndWrite(ctx, key, owned, func(pipe redis.Pipeliner) {
+			pipe.Del(ctx, key)
+			if publish {
+				pipe.Publish(ctx, WakeChannel(key), key)
+			}
+		})
+		if !publish || !l.caps.narrow(capPubSub, err) {
+			return deleted, err
+		}
+	}
+}

@@ -33,6 +33,7 @@ func runCommand(args []string, stdout, stderr io.Writer) (int, error) {
 	out := &reporter{w: stderr, key: opts.key, verbose: opts.verbose}
 	lockerOpts := []setnxlock.Option{
 		setnxlock.WithTTL(opts.ttl), setnxlock.WithFormat(opts.format), setnxlock.WithObserver(out),
+		setnxlock.WithAutoRefresh(), // the lease is renewed every TTL/3 until Release, or Orphan (--min-hold)
 	}
 	if opts.fencing {
 		lockerOpts = append(lockerOpts, setnxlock.WithFencing())
@@ -57,31 +58,7 @@ func acquire(opts runOptions, locker *setnxlock.Locker, sigs <-chan os.Signal, o
 	start := time.Now()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	// The watcher ends the wait on a signal; it is stopped, and its
-	// verdict read, before the command starts, so that from then on every
-	// signal is forwarded.
-	interrupted := make(chan os.Signal, 1)
-	stopWatching := make(chan struct{})
-	watched := make(chan struct{})
-	go func() {
-		defer close(watched)
-		select {
-		case s := <-sigs:
-			interrupted <- s
-			cancel()
-		case <-stopWatching:
-		}
-	}()
-	stopWatch := func() os.Signal {
-		close(stopWatching)
-		<-watched // bounded: the watcher returns as soon as stopWatching is closed
-		select {
-		case s := <-interrupted:
-			return s
-		default:
-			return nil
-		}
-	}
+	stopWatch := watchSignals(sigs, cancel)
 
 	lock, err := locker.TryAcquire(ctx, opts.key)
 	if errors.Is(err, setnxlock.ErrNotAcquired) && !opts.nonblock {
@@ -113,6 +90,34 @@ func acquire(opts runOptions, locker *setnxlock.Locker, sigs <-chan os.Signal, o
 	}
 	out.warn("cannot take the lock at %s: %v", redactURL(opts.url), err)
 	return nil, exitUnavailable
+}
+
+// watchSignals ends the wait (cancel) on a signal. The returned stop ends
+// the watch and says which signal came, if one did; it is called before
+// the command starts, so that from then on every signal is forwarded.
+func watchSignals(sigs <-chan os.Signal, cancel context.CancelFunc) (stop func() os.Signal) {
+	interrupted := make(chan os.Signal, 1)
+	stopWatching := make(chan struct{})
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		select {
+		case s := <-sigs:
+			interrupted <- s
+			cancel()
+		case <-stopWatching:
+		}
+	}()
+	return func() os.Signal {
+		close(stopWatching)
+		<-watched // bounded: the watcher returns as soon as stopWatching is closed
+		select {
+		case s := <-interrupted:
+			return s
+		default:
+			return nil
+		}
+	}
 }
 
 // releaseQuietly gives up a lock that will not be used, within a bound.

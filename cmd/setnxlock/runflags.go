@@ -109,41 +109,57 @@ func parseRun(args []string, stdout io.Writer) (opts runOptions, help bool, err 
 	}
 	opts.url = *url
 	opts.wait, opts.waitSet = wait.d, wait.set
+	if err := opts.operands(positional, command, fs.Changed("command"), *shell); err != nil {
+		return opts, false, usageIn("run", err)
+	}
+	if err := opts.check(*format); err != nil {
+		return opts, false, usageIn("run", err)
+	}
+	return opts, false, nil
+}
 
+// operands reads KEY and the command: COMMAND [ARG...], or the -c shell
+// command when hasShell.
+func (opts *runOptions) operands(positional, command []string, hasShell bool, shell string) error {
 	switch {
 	case len(positional) == 0:
-		return opts, false, usageIn("run", errors.New("run needs a KEY (flock's file-descriptor form has no meaning for a Redis key)"))
+		return errors.New("run needs a KEY (flock's file-descriptor form has no meaning for a Redis key)")
 	case positional[0] == "":
-		return opts, false, usageIn("run", errors.New("KEY is empty"))
+		return errors.New("KEY is empty")
 	}
 	opts.key = positional[0]
 	switch {
-	case fs.Changed("command") && len(command) > 0:
-		return opts, false, usageIn("run", fmt.Errorf("give either -c 'shell command' or COMMAND, not both (got COMMAND %q)", command))
-	case fs.Changed("command") && *shell == "":
-		return opts, false, usageIn("run", errors.New("-c needs a shell command"))
-	case fs.Changed("command"):
-		opts.argv = []string{"/bin/sh", "-c", *shell}
+	case hasShell && len(command) > 0:
+		return fmt.Errorf("give either -c 'shell command' or COMMAND, not both (got COMMAND %q)", command)
+	case hasShell && shell == "":
+		return errors.New("-c needs a shell command")
+	case hasShell:
+		opts.argv = []string{"/bin/sh", "-c", shell}
 	case len(command) == 0 || command[0] == "":
-		return opts, false, usageIn("run", errors.New("run needs a command: KEY COMMAND [ARG...], KEY -- COMMAND [ARG...], or KEY -c 'shell command'"))
+		return errors.New("run needs a command: KEY COMMAND [ARG...], KEY -- COMMAND [ARG...], or KEY -c 'shell command'")
 	default:
 		opts.argv = command
 	}
+	return nil
+}
 
-	f, ok := formats[*format]
+// check refuses options out of range or at odds, and settles the format
+// and -w 0.
+func (opts *runOptions) check(format string) error {
+	f, ok := formats[format]
 	switch {
 	case !ok:
-		return opts, false, usageIn("run", fmt.Errorf("--format %q: want token, millis, seconds or float", *format))
+		return fmt.Errorf("--format %q: want token, millis, seconds or float", format)
 	case opts.nonblock && opts.waitSet:
-		return opts, false, usageIn("run", errors.New("give -n or -w, not both"))
+		return errors.New("give -n or -w, not both")
 	case opts.conflict < 0 || opts.conflict > 255:
-		return opts, false, usageIn("run", fmt.Errorf("--conflict-exit-code %d: want 0 to 255", opts.conflict))
+		return fmt.Errorf("--conflict-exit-code %d: want 0 to 255", opts.conflict)
 	case opts.ttl < 3*time.Millisecond:
-		return opts, false, usageIn("run", fmt.Errorf("--ttl %v: want at least 3ms, so that TTL/3 renewals are possible", opts.ttl))
+		return fmt.Errorf("--ttl %v: want at least 3ms, so that TTL/3 renewals are possible", opts.ttl)
 	case opts.minHold < 0 || opts.killGrace < 0 || opts.maxRuntime < 0:
-		return opts, false, usageIn("run", errors.New("--min-hold, --kill-grace and --max-runtime cannot be negative"))
+		return errors.New("--min-hold, --kill-grace and --max-runtime cannot be negative")
 	}
 	opts.format = f
 	opts.nonblock = opts.nonblock || opts.waitSet && opts.wait == 0 // -w 0 is -n, as in flock(1)
-	return opts, false, nil
+	return nil
 }

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -21,7 +20,8 @@ const (
 	envFencingToken = "SETNXLOCK_FENCING_TOKEN"
 )
 
-// supervise runs the command while the lease is kept, and returns run's
+// supervise runs the command while the Locker's keeper renews the lease
+// (WithAutoRefresh, every TTL/3), and returns run's
 // exit status. Invariants: the command runs only while the lock was ours
 // when it started; it is in a process group of its own, which receives the
 // forwarded signals; the group is gone by the end of the lease by our
@@ -32,7 +32,6 @@ const (
 // command left behind exit, with --kill-descendants it kills them.
 func supervise(opts runOptions, lock *setnxlock.Lock, sigs <-chan os.Signal, out *reporter) int {
 	acquiredAt := time.Now()
-	keeper := keepLease(lock, opts.ttl, out)
 
 	cmd := exec.Command(opts.argv[0], opts.argv[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
@@ -43,7 +42,6 @@ func supervise(opts runOptions, lock *setnxlock.Lock, sigs <-chan os.Signal, out
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	dieWithParent(cmd)
 	if err := startCommand(cmd); err != nil {
-		keeper.Stop()
 		releaseQuietly(lock)
 		out.warn("cannot run %q: %v", opts.argv[0], err)
 		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, fs.ErrNotExist) {
@@ -52,9 +50,8 @@ func supervise(opts runOptions, lock *setnxlock.Lock, sigs <-chan os.Signal, out
 		return exitCannotExecute
 	}
 	exited, reap := waitLeader(cmd)
-	killed := superviseGroup(opts, lock, cmd.Process.Pid, exited, keeper.renewed, sigs, out)
+	killed := superviseGroup(opts, lock, cmd.Process.Pid, exited, sigs, out)
 	code := exitStatus(reap(), cmd)
-	keeper.Stop()
 	out.say("command exited with status %d", code)
 	return finish(opts, lock, acquiredAt, killed, code, out)
 }
@@ -72,104 +69,39 @@ const (
 // superviseGroup forwards signals to the group led by leader and kills it when
 // it must, and returns once the leader has exited and no process of its
 // group runs; it says why the group was killed, if it was.
-func superviseGroup(opts runOptions, lock *setnxlock.Lock, group int, exited <-chan struct{}, renewed <-chan struct{},
-	sigs <-chan os.Signal, out *reporter) killReason {
-	schedule := newKillSchedule(opts.ttl, opts.killGrace)
+func superviseGroup(opts runOptions, lock *setnxlock.Lock, group int, exited <-chan struct{}, sigs <-chan os.Signal, out *reporter) killReason {
 	var maxRuntime <-chan time.Time
 	if opts.maxRuntime > 0 {
 		timer := time.NewTimer(opts.maxRuntime)
 		defer timer.Stop()
 		maxRuntime = timer.C
 	}
-	var (
-		killed      killReason
-		killStarted time.Time // when SIGTERM went to the group
-		sigkilled   bool
-	)
-	// deadline fires at the next instant the schedule acts on: the
-	// SIGTERM of a lease about to end, or the SIGKILL of a kill under way.
-	deadline := time.NewTimer(time.Hour)
-	defer deadline.Stop()
-	arm := func() {
-		switch expires := lock.ExpiresAt(); {
-		case killed == notKilled:
-			deadline.Reset(time.Until(schedule.termAt(expires)))
-		case !sigkilled:
-			deadline.Reset(time.Until(schedule.sigkillAt(killStarted, expires)))
-		default:
-			deadline.Stop()
-		}
-	}
-	probe := groupProbe{group: group}
-	var probeAt <-chan time.Time // once the leader has exited: when to look whether the group has emptied
-	leaderExited := false
-	lookSoon := func() { // the group was just signalled
-		if leaderExited {
-			probe.soon()
-			probeAt = time.After(probe.next())
-		}
-	}
-	startKill := func(why killReason, format string, args ...any) {
-		if killed != notKilled {
-			return
-		}
-		killed, killStarted = why, time.Now()
-		at := schedule.sigkillAt(killStarted, lock.ExpiresAt())
-		line := fmt.Sprintf(format, args...) + ": SIGTERM to the command's process group, SIGKILL at " + stamp(at)
-		if why == killLeftovers {
-			out.say("%s", line)
-		} else {
-			out.warn("%s", line)
-		}
-		signalGroup(group, syscall.SIGTERM)
-		lookSoon()
-		arm()
-	}
-	arm()
+	g := newGroupKill(opts, lock, group, out)
+	defer g.deadline.Stop()
 	lost := lock.Done()
 	for {
 		select {
 		case <-exited:
-			exited, leaderExited = nil, true
-			if !probe.running() {
-				return killed
+			exited = nil
+			if g.leaderExit(opts.killDescendants) {
+				return g.killed
 			}
-			probeAt = time.After(probe.next())
-			if opts.killDescendants {
-				startKill(killLeftovers, "the command exited, leaving processes in its group")
-			} else {
-				out.say("the command exited; the lock is held until the rest of its process group exits")
+		case <-g.probeAt:
+			if g.look() {
+				return g.killed
 			}
-		case <-probeAt:
-			if !probe.running() {
-				return killed
-			}
-			probeAt = time.After(probe.next())
 		case s := <-sigs:
 			out.say("forwarding %v to the command's process group", s)
 			signalGroup(group, s.(syscall.Signal))
-			lookSoon()
+			g.lookSoon()
 		case <-lost:
 			lost = nil
-			startKill(killLost, "lease lost (%v)", lock.Err())
+			g.start(killLost, "lease lost (%v)", lock.Err())
 		case <-maxRuntime:
 			maxRuntime = nil
-			startKill(killMaxRuntime, "--max-runtime %v ran out", opts.maxRuntime)
-		case <-renewed:
-			arm() // a confirmed renewal moved the lease's end forward
-		case <-deadline.C:
-			now := time.Now()
-			expires := lock.ExpiresAt()
-			switch {
-			case killed == notKilled && !now.Before(schedule.termAt(expires)):
-				// H11: no renewal confirmed in time, whatever is in flight.
-				startKill(killLost, "no renewal confirmed: the lease ends at %s", stamp(expires))
-			case killed != notKilled && !sigkilled && !now.Before(schedule.sigkillAt(killStarted, expires)):
-				sigkilled = true
-				signalGroup(group, syscall.SIGKILL)
-				lookSoon()
-			}
-			arm()
+			g.start(killMaxRuntime, "--max-runtime %v ran out", opts.maxRuntime)
+		case <-g.deadline.C:
+			g.due() // re-reads the lease's end: a renewal confirmed meanwhile moved it forward
 		}
 	}
 }
@@ -205,7 +137,9 @@ func finish(opts runOptions, lock *setnxlock.Lock, acquiredAt time.Time, killed 
 	}
 	if hold := time.Until(acquiredAt.Add(opts.minHold)); hold >= time.Millisecond {
 		// The lease is left to end then, with no process kept alive for it;
-		// other clients take the key over after that instant.
+		// other clients take the key over after that instant. Orphan first:
+		// no renewal lands after the Refresh that sets the end.
+		lock.Orphan()
 		err := lock.Refresh(ctx, hold)
 		switch {
 		case err == nil:

@@ -41,8 +41,8 @@ const urlHelp = `Servers (--url, or SETNXLOCK_URL; default ` + defaultURL + `):
 // URL parsers leave off (and, for redis://, refuse): without it a round
 // trip ignores its context's deadline and waits out the read timeout and
 // the retries, seconds after the lease it was renewing has ended (H11).
-// With it, a renewal ends by its deadline, which the keeper sets within the
-// lease.
+// With it, a renewal ends by its deadline, which the library's keeper
+// sets at the lease's end.
 func newClient(raw string) (redis.UniversalClient, error) {
 	scheme, rest, ok := strings.Cut(raw, "://")
 	if !ok {

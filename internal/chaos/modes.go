@@ -18,7 +18,7 @@ import (
 // The modes `make chaos` runs, in order.
 const (
 	ModeDefault     = "default"     // setnxlock.New(client): scripts, queue, adaptive barging and handoff
-	ModeNoScripts   = "noscripts"   // WithoutScripts: the command path, wake-ups, no queue
+	ModeNoScripts   = "noscripts"   // WithoutScripts: the command path, its queue and handoff with commands alone (commandqueue.go)
 	ModeClassic     = "classic"     // WithClassicCommands: SETNX and PEXPIRE, no SET options
 	ModeFormats     = "formats"     // TokenFormat, UnixMillis, UnixSeconds and FloatSeconds Lockers on the same keys
 	ModeAutoRefresh = "autorefresh" // WithAutoRefresh, holders keeping locks past one TTL
