@@ -2,7 +2,6 @@ package setnxlock
 
 import (
 	"context"
-	"strings"
 	"sync"
 	"time"
 )
@@ -10,7 +9,7 @@ import (
 // Handing a lock straight to the next waiter. Waking every waiter on each
 // release (wakeup.go) makes them all race for the key and all but one go
 // back to sleep: a herd that costs more round trips than it saves. Where it
-// can, a waiting Acquire instead queues on the key (queue.go), and a
+// can, a waiting Acquire instead queues on the key (protocol.go), and a
 // release gives the key to the first waiter in line whose Locker listens
 // (handon.lua): it writes a provisional value for that waiter into the key,
 // then announces it on the waiter's Locker's channel. The key is never free
@@ -44,7 +43,8 @@ import (
 // receivers on one node only) and owner tokens in the values; a fencing
 // Locker does not queue, since the token must be drawn with the write.
 // With scripts the steps are the scripts in lua/; without them, the same
-// steps in watched transactions (commandqueue.go). Lockers that do not
+// steps in watched transactions (commandqueue.go); protocol.go states
+// the steps and their invariants once. Lockers that do not
 // queue, and those whose server or ACL user refuses the queue or the
 // channel, wait for wake-ups and poll instead.
 
@@ -237,12 +237,12 @@ func (h *handoffs) listen(l *Locker, s *subscription) {
 }
 
 // route wakes the wait whose entry's token a handoff names
-// ("<token>:<key>"). A handoff to an abandoned entry is declined at once:
+// (parsePayload). A handoff to an abandoned entry is declined at once:
 // the key is handed on. One to a wait that has ended otherwise is dropped:
 // that wait won the key (and must keep it), or left the queue after this
 // handoff and handed the key on itself.
 func (h *handoffs) route(l *Locker, payload string) {
-	token, key, ok := strings.Cut(payload, ":")
+	token, key, ok := parsePayload(payload)
 	if !ok {
 		return
 	}
