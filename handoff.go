@@ -24,13 +24,10 @@ import (
 // the queue while the key is free wakes the next in line, so that a free
 // key never waits on a waiter that left (leave.lua).
 //
-// Hearing is not holding. The provisional value states an end claimWindow
-// after the release and expires on the server then; the waiter takes the
-// lease by claiming the key with a lease of its own, dated by its own clock
-// and with its own safety net (queued.lua). A waiter that died since it
-// queued costs the window, never a lease: an entry whose Locker no longer
-// listens is skipped at no cost, and one whose Locker listens but which is
-// no longer waiting is declined by that Locker at once (abandon).
+// Hearing is not holding, and a waiter that died since it queued costs
+// the claim window, never a lease (protocol.go); one whose Locker listens
+// but which is no longer waiting is declined by that Locker at once
+// (abandon).
 //
 // A Locker listens on one channel of its own while any of its Acquire calls
 // waits, and for handoffLinger after. The subscription is made outside any
@@ -42,11 +39,11 @@ import (
 // Queueing needs pub/sub, a single Redis server (a Cluster counts PUBLISH
 // receivers on one node only) and owner tokens in the values; a fencing
 // Locker does not queue, since the token must be drawn with the write.
-// With scripts the steps are the scripts in lua/; without them, the same
-// steps in watched transactions (commandqueue.go); protocol.go states
-// the steps and their invariants once. Lockers that do not
-// queue, and those whose server or ACL user refuses the queue or the
-// channel, wait for wake-ups and poll instead.
+// protocol.go states the steps and their invariants once; the scripts in
+// lua/ and, without them, watched transactions (commandqueue.go) are its
+// transports. Lockers that do not queue, and those whose server or ACL
+// user refuses the queue or the channel, wait for wake-ups and poll
+// instead.
 
 // handoffLinger is how long a Locker keeps listening after its last waiter
 // is served, so that a worker that releases and soon waits again does not

@@ -107,7 +107,10 @@ func protocolArgs(now time.Time) []any {
 }
 
 // queueTransport is one transport of the protocol: the steps a queued
-// wait and a release take, each atomic on the key and its queue.
+// wait and a release take, each atomic on the key and its queue. Waking
+// the first in line, to race for a key left free, is part of handOn and
+// leave on both (handon.lua and leave.lua; wakeHead), never a step of its
+// own.
 type queueTransport interface {
 	// enqueueOrClaim is a queued attempt's first step: SETNX with ours;
 	// else the claim of a value carrying entry's token and stating an
