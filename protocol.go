@@ -100,10 +100,11 @@ func provisionalPrefix(now time.Time) string { return formatValue(now.Add(claimW
 // token: ours (formatValue), stating an end claimWindow later.
 func provisionalValue(now time.Time, token string) string { return provisionalPrefix(now) + token }
 
-// protocolArgs are the encodings a script prefixed with lua/protocol.lua
-// takes as its first arguments, for a release or a leave at now.
-func protocolArgs(now time.Time) []any {
-	return []any{queueSeparator, handoffChannelPrefix, provisionalPrefix(now), claimWindow.Milliseconds()}
+// appendProtocolArgs appends to args the encodings a script prefixed with
+// lua/protocol.lua takes as its first arguments, for a release or a leave
+// at now.
+func appendProtocolArgs(args []any, now time.Time) []any {
+	return append(args, queueSeparator, handoffChannelPrefix, provisionalPrefix(now), claimWindow.Milliseconds())
 }
 
 // queueTransport is one transport of the protocol: the steps a queued

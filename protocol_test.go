@@ -9,7 +9,7 @@ import (
 )
 
 // The scripted transport reads and writes the queue's encodings with the
-// functions of lua/protocol.lua, given the encodings by protocolArgs; the
+// functions of lua/protocol.lua, given the encodings by appendProtocolArgs; the
 // command transport with those of protocol.go. Both must agree on every
 // member, well formed or not, and write the same bytes.
 func TestBothTransportsShareTheQueuesEncodings(t *testing.T) {
@@ -22,7 +22,7 @@ return {locker or false, token or false, queue.channel('L1'), queue.payload('T1'
 	onEachBackend(t, func(t *testing.T, b *backend) {
 		now := b.clock.Now()
 		for _, member := range members {
-			reply, err := encode.Run(ctx, b.raw, nil, append(protocolArgs(now), member)...).Slice()
+			reply, err := encode.Run(ctx, b.raw, nil, append(appendProtocolArgs(nil, now), member)...).Slice()
 			require.NoError(t, err)
 			locker, token, ok := parseEntry(member)
 			if ok {

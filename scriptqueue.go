@@ -68,7 +68,7 @@ func (q scriptQueue) leave(ctx context.Context, entry *queueEntry) error {
 			channel = WakeChannel(entry.key)
 		}
 		now := l.cfg.clock.Now()
-		args := append(protocolArgs(now), entry.member, entry.suffix(), channel, now.UnixMicro())
+		args := append(appendProtocolArgs(make([]any, 0, 8), now), entry.member, entry.suffix(), channel, now.UnixMicro())
 		err := leaveScript.Run(ctx, l.client, []string{entry.key, waitersKey(entry.key)}, args...).Err()
 		if !l.caps.narrow(capQueue, err) {
 			return err

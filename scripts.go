@@ -179,7 +179,8 @@ func (l *Locker) runRelease(ctx context.Context, k *Lock, marking, handing bool)
 		keys = append(keys, waitersKey(k.key))
 		hand = l.cfg.starvation.Microseconds()
 	}
-	args := append(protocolArgs(now), channel, now.UnixMicro(), hand, remember, k.token)
+	args := appendProtocolArgs(make([]any, 0, 11+len(k.maybe)), now) // one allocation
+	args = append(args, channel, now.UnixMicro(), hand, remember, k.token)
 	if k.token == "" {
 		// This run's own id: what a resend recognises its work by, since a
 		// bare value may be written again, identically, by the next holder.

@@ -1,6 +1,6 @@
 -- protocol.lua: the queue's encodings (protocol.go), which the caller
 -- passes as the first arguments of every script prefixed with this file
--- (protocolArgs):
+-- (appendProtocolArgs):
 --
 -- ARGV[1]  the separator of an entry, "<Locker id><sep><token>", and of a
 --          handoff's message, "<token><sep><key>"
