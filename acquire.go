@@ -32,12 +32,12 @@ func (l *Locker) TryAcquire(ctx context.Context, key string) (*Lock, error) {
 type refusal struct {
 	takeableAt time.Time // when the lease can be taken over; zero if unknown
 	announced  bool      // its holder is a Locker, which announces its release (wakeup.go)
-	unqueued   bool      // a queued attempt could not queue on the key (queue.go)
+	unqueued   bool      // a queued attempt could not queue on the key (protocol.go)
 }
 
 // tryAcquire is one attempt of the SETNX page's algorithm. When the lock is
 // held it also returns what it learned about the holder's lease. A queued
-// attempt (entry not nil, see queue.go) writes entry's token, and claims a
+// attempt (entry not nil, see protocol.go) writes entry's token, and claims a
 // key that carries it; when refused, entry keeps its place in the queue.
 func (l *Locker) tryAcquire(ctx context.Context, key string, entry *queueEntry) (*Lock, refusal, error) {
 	if key == "" {
@@ -65,6 +65,9 @@ func (l *Locker) attempt(ctx context.Context, key string, entry *queueEntry) (lo
 	// read whose lease it is. A queued attempt also claims a key handed to
 	// it, or queues.
 	claimed, err := l.claimKey(ctx, key, ours, entry)
+	if claimed.wrote != nil {
+		ours = *claimed.wrote
+	}
 	if err != nil {
 		// H5: the server may have applied SETNX and only the reply was
 		// lost, or a 0 may have come from go-redis resending a SETNX whose
@@ -73,9 +76,6 @@ func (l *Locker) attempt(ctx context.Context, key string, entry *queueEntry) (lo
 		// own lease.
 		l.remember(key, ours, entry)
 		return nil, refusal{}, false, err
-	}
-	if claimed.restamped != nil {
-		ours = *claimed.restamped
 	}
 	if claimed.created {
 		lock, err := l.grantWin(ctx, key, ours, claimed.fencingToken, entry, !claimed.dequeued)

@@ -12,7 +12,7 @@ const (
 	capScripts       capability = iota // EVALSHA/EVAL: the scripted path (scripts.go)
 	capSetNXPX                         // SET key value NX PX: SETNX and its safety net in one command
 	capPubSub                          // PUBLISH on release and SUBSCRIBE while waiting: wake-ups (wakeup.go)
-	capQueue                           // the queue of waiters and the handoff channel (queue.go, handoff.go)
+	capQueue                           // the queue of waiters and the handoff channel (protocol.go, handoff.go)
 	capReleaseMarker                   // the release script's memory of its releases (releasedKey, H5)
 	capabilityCount
 )

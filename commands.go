@@ -16,16 +16,15 @@ import (
 
 // commandPath is the path of the commands: SET NX PX where the server
 // knows it, else the classic SETNX and PEXPIRE; GET; the watched
-// compare-and-delete; with its own queue and handoff where the Locker
-// hands over (commandqueue.go).
+// compare-and-delete; with its own transport of the queue protocol
+// (commandqueue.go).
 type commandPath struct{ l *Locker }
 
-// claim is SETNX (or SET NX PX) and, when the key exists, GET; a queued
-// attempt also claims a key handed to it, or queues (commandqueue.go).
-func (p commandPath) claim(ctx context.Context, key string, ours stamp, entry *queueEntry) (claimOutcome, error) {
-	if entry != nil && p.l.queues() {
-		return p.queuedClaim(ctx, key, ours, entry)
-	}
+// queue is the command transport of the queue protocol.
+func (p commandPath) queue() queueTransport { return commandQueue(p) }
+
+// claim is SETNX (or SET NX PX) and, when the key exists, GET.
+func (p commandPath) claim(ctx context.Context, key string, ours stamp) (claimOutcome, error) {
 	created, token, err := p.l.setnx(ctx, key, ours)
 	if err != nil {
 		return claimOutcome{}, fmt.Errorf("setnxlock: SETNX %q: %w", key, err)
@@ -40,41 +39,9 @@ func (p commandPath) claim(ctx context.Context, key string, ours stamp, entry *q
 	return claimOutcome{current: current, found: found}, nil
 }
 
-// release hands the key over where the Locker hands over
-// (commandqueue.go), else is WATCH/GET/MULTI/DEL/PUBLISH/EXEC on the
-// lock's values. A refused handoff stops the Locker handing over and
-// queueing, and the key is deleted instead: a refused transaction did not
-// run.
+// release is WATCH/GET/MULTI/DEL/PUBLISH/EXEC on the lock's values.
 func (p commandPath) release(ctx context.Context, k *Lock) (bool, error) {
-	if p.l.handsOver() {
-		deleted, err := p.l.handOnOwned(ctx, k.key, k.owns, p.l.cfg.starvation)
-		if !p.l.caps.narrow(capQueue, err) {
-			return deleted, err
-		}
-	}
 	return p.l.deleteOwned(ctx, k.key, k.owns)
-}
-
-// leave is ZREM of the entry, then the key handed on (or deleted) if it
-// carries the entry's token; a key left free wakes the next in line, as
-// leave.lua does.
-func (p commandPath) leave(ctx context.Context, entry *queueEntry) error {
-	if err := p.l.client.ZRem(ctx, waitersKey(entry.key), entry.member).Err(); err != nil {
-		return fmt.Errorf("setnxlock: leave the queue of %q: %w", entry.key, err)
-	}
-	if p.l.handsOver() {
-		handed, err := p.l.handOnOwned(ctx, entry.key, entry.carries, 0)
-		if err == nil && !handed {
-			if _, found, err := p.l.get(ctx, entry.key); err == nil && !found {
-				p.l.wakeHead(ctx, entry.key)
-			}
-		}
-		if !p.l.caps.narrow(capQueue, err) {
-			return err
-		}
-	}
-	_, err := p.l.deleteOwned(ctx, entry.key, entry.carries)
-	return err
 }
 
 // setnx creates key with our value if it does not exist, and gives it the

@@ -30,7 +30,7 @@ const restoreTimeout = time.Second
 // client in. With the watch, a loser writes nothing.
 //
 // A queued attempt's takeover writes its entry's token and takes the entry
-// off the queue in the same transaction (queue.go).
+// off the queue in the same transaction (protocol.go).
 //
 // startOver is true when the key no longer holds expiredValue: someone else
 // took it over or released it, or it became another type; the caller should

@@ -62,11 +62,13 @@
 //   - commands (commands.go): SET NX PX, GET, a watched delete;
 //     WithoutScripts, or after scripts are refused;
 //   - classic (commands.go): SETNX, then PEXPIRE in a transaction watched
-//     on our value (acquire.go, H6, H10); WithClassicCommands, or a server
+//     on our value (commands.go, H6, H10); WithClassicCommands, or a server
 //     without SET's options.
 //
 // The three ways to wait (wait.go):
-//   - the queue (queue.go, handoff.go; commandqueue.go without scripts):
+//   - the queue (protocol.go states its steps, encodings and invariants
+//     once; queue.go, handoff.go; the transports scriptqueue.go and, without
+//     scripts, commandqueue.go and commandhandon.go):
 //     a release hands the key to the first waiter in line, which claims
 //     it, once that waiter has waited WithStarvationThreshold, and until
 //     then frees the key and wakes it (adaptive barging); the default on
@@ -107,12 +109,12 @@
 //	H2  the GETSET loser overwrites the winner: its GETSET never runs (deadlock.go)
 //	H3  release or refresh after our lease ended: compare-and-delete/-set on our value (lock.go, refresh.go, lua/owned.lua)
 //	H4  clocks disagree: one Clock per Locker, ServerClock, WithSkewMargin, its Uncertainty (clock.go, serverclock.go, belief.go, acquire.go)
-//	H5  a reply is lost after the write applied: our writes are recognised (pending.go, queue.go, lua/release.lua)
+//	H5  a reply is lost after the write applied: our writes are recognised (pending.go, protocol.go, lua/release.lua)
 //	H6  keys left forever: a relative PEXPIRE a grace past every lease (stamp.go, commands.go)
 //	H7  the key holds no lock value: ErrNotLockValue, the key untouched (value.go)
 //	H8  the holder stalls past its lease: Done, Err, Context, fencing tokens (lifecycle.go, fencing.go)
 //	H9  a restart without persistence, or a failover, loses the key: WithReplicas waits for replicas (replicas.go); the rest is documented (docs/HOW-IT-WORKS.md)
-//	H10 a request arrives late, after later writes: every unconditional write only moves a lease forward (queue.go, lua/queued.lua)
+//	H10 a request arrives late, after later writes: every unconditional write only moves a lease forward (protocol.go, lua/queued.lua)
 //	H11 the holder is cut off from Redis: the loss is signalled at the lease's end, whatever is in flight (turn.go, keeper.go, lifecycle.go, lease.go)
 //
 // Safety rests on clocks: every process locking the same key must agree on

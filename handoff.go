@@ -2,7 +2,6 @@ package setnxlock
 
 import (
 	"context"
-	"strings"
 	"sync"
 	"time"
 )
@@ -10,7 +9,7 @@ import (
 // Handing a lock straight to the next waiter. Waking every waiter on each
 // release (wakeup.go) makes them all race for the key and all but one go
 // back to sleep: a herd that costs more round trips than it saves. Where it
-// can, a waiting Acquire instead queues on the key (queue.go), and a
+// can, a waiting Acquire instead queues on the key (protocol.go), and a
 // release gives the key to the first waiter in line whose Locker listens
 // (handon.lua): it writes a provisional value for that waiter into the key,
 // then announces it on the waiter's Locker's channel. The key is never free
@@ -25,13 +24,10 @@ import (
 // the queue while the key is free wakes the next in line, so that a free
 // key never waits on a waiter that left (leave.lua).
 //
-// Hearing is not holding. The provisional value states an end claimWindow
-// after the release and expires on the server then; the waiter takes the
-// lease by claiming the key with a lease of its own, dated by its own clock
-// and with its own safety net (queued.lua). A waiter that died since it
-// queued costs the window, never a lease: an entry whose Locker no longer
-// listens is skipped at no cost, and one whose Locker listens but which is
-// no longer waiting is declined by that Locker at once (abandon).
+// Hearing is not holding, and a waiter that died since it queued costs
+// the claim window, never a lease (protocol.go); one whose Locker listens
+// but which is no longer waiting is declined by that Locker at once
+// (abandon).
 //
 // A Locker listens on one channel of its own while any of its Acquire calls
 // waits, and for handoffLinger after. The subscription is made outside any
@@ -43,10 +39,11 @@ import (
 // Queueing needs pub/sub, a single Redis server (a Cluster counts PUBLISH
 // receivers on one node only) and owner tokens in the values; a fencing
 // Locker does not queue, since the token must be drawn with the write.
-// With scripts the steps are the scripts in lua/; without them, the same
-// steps in watched transactions (commandqueue.go). Lockers that do not
-// queue, and those whose server or ACL user refuses the queue or the
-// channel, wait for wake-ups and poll instead.
+// protocol.go states the steps and their invariants once; the scripts in
+// lua/ and, without them, watched transactions (commandqueue.go) are its
+// transports. Lockers that do not queue, and those whose server or ACL
+// user refuses the queue or the channel, wait for wake-ups and poll
+// instead.
 
 // handoffLinger is how long a Locker keeps listening after its last waiter
 // is served, so that a worker that releases and soon waits again does not
@@ -237,12 +234,12 @@ func (h *handoffs) listen(l *Locker, s *subscription) {
 }
 
 // route wakes the wait whose entry's token a handoff names
-// ("<token>:<key>"). A handoff to an abandoned entry is declined at once:
+// (parsePayload). A handoff to an abandoned entry is declined at once:
 // the key is handed on. One to a wait that has ended otherwise is dropped:
 // that wait won the key (and must keep it), or left the queue after this
 // handoff and handed the key on itself.
 func (h *handoffs) route(l *Locker, payload string) {
-	token, key, ok := strings.Cut(payload, ":")
+	token, key, ok := parsePayload(payload)
 	if !ok {
 		return
 	}

@@ -3,7 +3,8 @@ package setnxlock
 import "strings"
 
 // The names the library gives the keys and channels of a lock key, all in
-// one place. The keys of its own sit in the lock key's Redis Cluster slot,
+// one place; a Locker's handoff channel is the queue protocol's
+// (protocol.go). The keys of its own sit in the lock key's Redis Cluster slot,
 // so that one script or transaction can name them with it.
 
 // FenceKey returns the counter key that WithFencing draws tokens from for
@@ -50,13 +51,6 @@ func releasedKey(key string) string { return sameSlotKey(key, ".released") }
 // allowed channels (&pattern) for wake-ups; without it locks still work,
 // by polling.
 func WakeChannel(key string) string { return "setnxlock:released:" + key }
-
-// handoffChannelPrefix starts the channel a Locker listens on for locks
-// handed to it; the release script (handon.lua) appends the Locker's id.
-const handoffChannelPrefix = "setnxlock:handoff:"
-
-// handoffChannel names the channel of the Locker whose id is lockerID.
-func handoffChannel(lockerID string) string { return handoffChannelPrefix + lockerID }
 
 // ElectionKey returns the lock key candidates of the election name race
 // for: "{name}.election", or name plus ".election" when name has a Redis

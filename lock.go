@@ -138,7 +138,7 @@ func (k *Lock) release(ctx context.Context) error {
 // atomically, and announces the release to waiters, on the Locker's path.
 func (l *Locker) deleteIfOwned(ctx context.Context, k *Lock) (deleted bool, err error) {
 	err = l.onPath(func(p path) error {
-		deleted, err = p.release(ctx, k)
+		deleted, err = l.releaseOn(ctx, p, k)
 		return err
 	})
 	return deleted, err

@@ -5,26 +5,25 @@ import (
 	"fmt"
 )
 
-// A path is one way of sending an attempt's first step, a release, and a
-// queued wait's leave: the scripts, one round trip each (scriptPath,
-// scripts.go), or the commands (commandPath, commands.go), which use SET NX
-// PX where the server knows it and the classic SETNX elsewhere. Both do the
-// same steps with the same meaning; only the commands and the round trips
-// differ. The takeover (deadlock.go) and Refresh (refresh.go) are watched
+// A path is one way of sending an attempt's first step and a release,
+// with its transport of the queue protocol (protocol.go): the scripts, one
+// round trip each (scriptPath, scripts.go), or the commands (commandPath,
+// commands.go), which use SET NX PX where the server knows it and the
+// classic SETNX elsewhere. Both do the same steps with the same meaning;
+// only the commands and the round trips differ. The takeover (deadlock.go) and Refresh (refresh.go) are watched
 // transactions on every path: scripts would save nothing there worth a
 // second implementation.
 type path interface {
-	// claim is an attempt's first step: SETNX key <ours> with its safety
-	// net (H6) and, with fencing, the token; when the key exists, the
-	// holder's value. entry is a queued attempt's place (queue.go), or nil.
-	claim(ctx context.Context, key string, ours stamp, entry *queueEntry) (claimOutcome, error)
-	// release deletes the lock's key, or hands it to a queued waiter, only
-	// if it holds a value of the lock's (H3), and announces the release; it
-	// reports whether the key was ours.
+	// claim is an unqueued attempt's first step: SETNX key <ours> with its
+	// safety net (H6) and, with fencing, the token; when the key exists,
+	// the holder's value.
+	claim(ctx context.Context, key string, ours stamp) (claimOutcome, error)
+	// release deletes the lock's key only if it holds a value of the
+	// lock's (H3), and announces the release; it reports whether the key
+	// was ours.
 	release(ctx context.Context, k *Lock) (bool, error)
-	// leave takes a wait's entry off the queue and hands on the key if it
-	// carries the entry's token.
-	leave(ctx context.Context, entry *queueEntry) error
+	// queue is the path's transport of the queue protocol (protocol.go).
+	queue() queueTransport
 }
 
 // claimOutcome is what an attempt's first step learned: whether it created the
@@ -37,7 +36,7 @@ type claimOutcome struct {
 	dequeued     bool   // a queued attempt's win took its entry off the queue with it
 	unqueued     bool   // a queued attempt could not queue on this key: its wait stops queueing
 	ahead        bool   // a queued attempt found a value of its wait stating an end no earlier than its own: nothing written (H10)
-	restamped    *stamp // the lease the claim wrote instead of the attempt's, one stating an end past the value found (restamp)
+	wrote        *stamp // the lease the claim wrote instead of the attempt's: a restamp, or an unqueued write of a queued wait (claimOn)
 }
 
 // onPath runs op on the scripted path while scripts are allowed, else on
@@ -55,20 +54,22 @@ func (l *Locker) onPath(op func(p path) error) error {
 	return op(commandPath{l})
 }
 
-// claimKey is an attempt's first step, on the Locker's path. A queued
-// claim that finds a value of its wait stating an end no earlier than its
-// own writes nothing (H10) and claims again at once, with a value stating
-// a millisecond past that end (restamp); found so twice, the key keeps
-// moving, and the attempt looks again.
+// claimKey is an attempt's first step, on the Locker's path (claimOn). A
+// queued claim that finds a value of its wait stating an end no earlier
+// than its own writes nothing (H10) and claims again at once, with a value
+// stating a millisecond past that end (restamp); found so twice, the key
+// keeps moving, and the attempt looks again.
 func (l *Locker) claimKey(ctx context.Context, key string, ours stamp, entry *queueEntry) (c claimOutcome, err error) {
 	var restamped *stamp
 	for range 2 {
 		err = l.onPath(func(p path) error {
-			c, err = p.claim(ctx, key, ours, entry)
+			c, err = l.claimOn(ctx, p, key, ours, entry)
 			return err
 		})
 		if err != nil || !c.ahead {
-			c.restamped = restamped
+			if c.wrote == nil {
+				c.wrote = restamped
+			}
 			return c, err
 		}
 		if ours, err = entry.restamp(c.current, ours); err != nil {
@@ -77,4 +78,13 @@ func (l *Locker) claimKey(ctx context.Context, key string, ours stamp, entry *qu
 		restamped = &ours
 	}
 	return claimOutcome{}, nil
+}
+
+// releaseOn is a release of k on path p: handed on by the path's queue
+// transport where the Locker hands over, else deleted.
+func (l *Locker) releaseOn(ctx context.Context, p path, k *Lock) (bool, error) {
+	if l.handsOver() {
+		return p.queue().handOn(ctx, k)
+	}
+	return p.release(ctx, k)
 }

@@ -73,11 +73,12 @@ func unexpired(writes []stamp, now time.Time) []stamp {
 // in the same millisecond (or second) with the same TTL writes the very same
 // value, so claiming it could hand one lease to two clients. Without a
 // token the Locker waits a lost write out instead, as classic clients do.
-// A queued attempt's write carries its entry's token and belongs to that
-// wait alone, which recognises it by the token (queued.lua): it never
-// enters the Locker's memory, where another attempt could claim it too.
+// A write carrying a queued wait's token belongs to that wait alone
+// (protocol.go): it never enters the Locker's memory, where another attempt
+// could claim it too. A queued attempt refused the queue writes with a
+// token of its own (X2), which is remembered like any other.
 func (l *Locker) remember(key string, write stamp, entry *queueEntry) {
-	if entry == nil && l.cfg.format.tokens() {
+	if !entry.carries(write.value) && l.cfg.format.tokens() {
 		l.pending.remember(key, write, l.cfg.clock.Now())
 	}
 }

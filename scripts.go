@@ -5,7 +5,6 @@ import (
 	_ "embed" // the Lua scripts, one job per file
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -24,6 +23,8 @@ var (
 	acquireLua string
 	//go:embed lua/queued.lua
 	queuedLua string
+	//go:embed lua/protocol.lua
+	protocolLua string
 	//go:embed lua/handon.lua
 	handOnLua string
 	//go:embed lua/release.lua
@@ -35,31 +36,19 @@ var (
 var (
 	acquireScript = redis.NewScript(acquireLua)
 	queuedScript  = redis.NewScript(queuedLua)
-	releaseScript = redis.NewScript(ownedLua + handOnLua + releaseLua)
-	leaveScript   = redis.NewScript(handOnLua + leaveLua)
+	releaseScript = redis.NewScript(ownedLua + protocolLua + handOnLua + releaseLua)
+	leaveScript   = redis.NewScript(protocolLua + handOnLua + leaveLua)
 )
 
-// claimWindow is how long a waiter handed a key has to claim it (handon.lua):
-// long enough for the handoff's message and the claim's round trip, or for
-// the waiter's next poll (announcedPoll) when the message is lost; short
-// enough that a waiter that died since it queued costs only that, not a
-// lease.
-const claimWindow = 250 * time.Millisecond
-
-// scriptPath is the path of the scripts: an attempt's first step, a
-// release and a leave are one round trip each.
+// scriptPath is the path of the scripts: an attempt's first step and a
+// release are one round trip each.
 type scriptPath struct{ l *Locker }
 
-// claim runs acquire.lua, or queued.lua for a queued attempt. A queued
-// attempt whose script is refused (its queue key, for this ACL user)
-// stops the Locker queueing and attempts unqueued at once.
-func (p scriptPath) claim(ctx context.Context, key string, ours stamp, entry *queueEntry) (claimOutcome, error) {
-	if entry != nil {
-		c, err := p.queuedClaim(ctx, key, ours, entry)
-		if !p.l.caps.narrow(capQueue, err) {
-			return c, failedOn(key, err)
-		}
-	}
+// queue is the scripted transport of the queue protocol (scriptqueue.go).
+func (p scriptPath) queue() queueTransport { return scriptQueue(p) }
+
+// claim runs acquire.lua.
+func (p scriptPath) claim(ctx context.Context, key string, ours stamp) (claimOutcome, error) {
 	c, err := p.unqueuedClaim(ctx, key, ours)
 	return c, failedOn(key, err)
 }
@@ -117,10 +106,15 @@ const (
 	releaseRepeated = 3
 )
 
-// release deletes the lock's key if it holds a value of the lock's, or
-// hands it to the next queued waiter, and wakes the key's waiters, in one
-// script. It reports whether the key was ours, now or in an earlier run of
-// this release whose reply was lost.
+// release deletes the lock's key if it holds a value of the lock's, and
+// wakes the key's waiters, in one script (releaseWith).
+func (p scriptPath) release(ctx context.Context, k *Lock) (bool, error) {
+	return p.releaseWith(ctx, k, false)
+}
+
+// releaseWith runs release.lua, handing the key to the next queued waiter
+// if handing. It reports whether the key was ours, now or in an earlier
+// run of this release whose reply was lost.
 //
 // The script names the keys it touches, and an ACL user refused any of
 // them is refused the whole script. So when it is refused with the
@@ -129,9 +123,9 @@ const (
 // run without it succeeded: a run that failed otherwise (a lost reply)
 // proves nothing. A refusal with no optional key left is the caller's to
 // handle (onPath: scripts off).
-func (p scriptPath) release(ctx context.Context, k *Lock) (bool, error) {
+func (p scriptPath) releaseWith(ctx context.Context, k *Lock, handing bool) (bool, error) {
 	l := p.l
-	marking, handing := l.caps.allows(capReleaseMarker), l.handsOver()
+	marking := l.caps.allows(capReleaseMarker)
 	deleted, denied := l.runRelease(ctx, k, marking, handing)
 	if !refused(denied) || !marking && !handing {
 		return deleted, denied
@@ -185,7 +179,8 @@ func (l *Locker) runRelease(ctx context.Context, k *Lock, marking, handing bool)
 		keys = append(keys, waitersKey(k.key))
 		hand = l.cfg.starvation.Microseconds()
 	}
-	args := []any{channel, now.UnixMicro(), hand, claimWindow.Milliseconds(), markFor, k.token}
+	args := appendProtocolArgs(make([]any, 0, 11+len(k.maybe)), now) // one allocation
+	args = append(args, channel, now.UnixMicro(), hand, markFor, k.token)
 	if k.token == "" {
 		// This run's own id: what a resend recognises its work by, since a
 		// bare value may be written again, identically, by the next holder.

@@ -26,12 +26,32 @@ const maxTransactionAttempts = 8
 // This is how an expired lease is taken over (H1, H2) and how release
 // deletes (H3); a plain GET-then-DEL would be the documented race.
 func (l *Locker) compareAndWrite(ctx context.Context, key string, owned func(current string) bool, write func(redis.Pipeliner)) (written bool, err error) {
+	return l.watchedWrite(ctx, key, watched{owned: owned, write: func(pipe redis.Pipeliner) error {
+		write(pipe)
+		return nil
+	}})
+}
+
+// watched is one compare-and-write of watchedWrite.
+type watched struct {
+	also  []string                   // keys watched with the key (a queue), in its slot
+	read  func(pipe redis.Pipeliner) // reads of those, in the round trip of WATCH and GET
+	owned func(current string) bool  // whether the value found may be written over
+	// write queues the writes, once the value found is owned; an error
+	// ends the watch without writing.
+	write func(pipe redis.Pipeliner) error
+}
+
+// watchedWrite is compareAndWrite with more keys watched and read in the
+// same round trip: WATCH key and w.also, GET key and w.read, then
+// MULTI/w.write/EXEC while owned, retried when any watched key changed.
+func (l *Locker) watchedWrite(ctx context.Context, key string, w watched) (written bool, err error) {
 	if err := l.checkTransactions(ctx); err != nil {
 		return false, err
 	}
 	for attempt := 0; attempt < maxTransactionAttempts; attempt++ {
 		written = false
-		err = l.watch(ctx, key, func(tx *redis.Tx, get *redis.StringCmd) error {
+		err = l.watchWith(ctx, key, w, func(tx *redis.Tx, get *redis.StringCmd) error {
 			current, found, err := stringReply(get)
 			if errors.Is(err, ErrNotLockValue) {
 				return unwatch(ctx, tx) // a key of another type is not ours
@@ -39,16 +59,17 @@ func (l *Locker) compareAndWrite(ctx context.Context, key string, owned func(cur
 			if err != nil { // before !found: a lost reply says nothing about the key
 				return errors.Join(err, unwatch(ctx, tx))
 			}
-			if !found {
+			if !found || !w.owned(current) {
 				return unwatch(ctx, tx)
 			}
-			if !owned(current) {
-				return unwatch(ctx, tx)
-			}
+			var refused error
 			cmds, err := tx.TxPipelined(ctx, func(pipe redis.Pipeliner) error {
-				write(pipe)
-				return nil
+				refused = w.write(pipe)
+				return refused
 			})
+			if refused != nil {
+				return errors.Join(refused, unwatch(ctx, tx))
+			}
 			err = withCause(cmds, err)
 			written = err == nil
 			return err
@@ -61,26 +82,58 @@ func (l *Locker) compareAndWrite(ctx context.Context, key string, owned func(cur
 }
 
 // watch runs fn on a transaction in which key is watched, with the GET of
-// key. On a single server WATCH and GET go in one round trip; go-redis's
-// cluster and ring clients need the key to pick the node, so there WATCH
-// goes first on its own.
+// key (watchWith).
 func (l *Locker) watch(ctx context.Context, key string, fn func(tx *redis.Tx, get *redis.StringCmd) error) error {
+	return l.watchWith(ctx, key, watched{}, fn)
+}
+
+// watchWith runs fn on a transaction in which key and w.also are watched,
+// with the GET of key and w.read's reads. On a single server WATCH and the
+// reads go in one round trip; go-redis's cluster and ring clients need the
+// key to pick the node, so there WATCH goes first on its own.
+func (l *Locker) watchWith(ctx context.Context, key string, w watched, fn func(tx *redis.Tx, get *redis.StringCmd) error) error {
+	var get *redis.StringCmd
+	reads := func(pipe redis.Pipeliner) {
+		get = pipe.Get(ctx, key)
+		if w.read != nil {
+			w.read(pipe)
+		}
+	}
 	client, single := l.client.(*redis.Client)
 	if !single {
-		return l.client.Watch(ctx, func(tx *redis.Tx) error { return fn(tx, tx.Get(ctx, key)) }, key)
+		return l.client.Watch(ctx, func(tx *redis.Tx) error {
+			_, _ = tx.Pipelined(ctx, func(pipe redis.Pipeliner) error { reads(pipe); return nil })
+			return fn(tx, get)
+		}, append([]string{key}, w.also...)...)
 	}
 	return client.Watch(ctx, func(tx *redis.Tx) error {
-		var get *redis.StringCmd
-		_, err := tx.Pipelined(ctx, func(pipe redis.Pipeliner) error {
-			_ = pipe.Process(ctx, redis.NewStatusCmd(ctx, "watch", key))
-			get = pipe.Get(ctx, key)
+		args := make([]any, 0, 2+len(w.also))
+		args = append(args, "watch", key)
+		for _, k := range w.also {
+			args = append(args, k)
+		}
+		watch := redis.NewStatusCmd(ctx, args...)
+		cmds, err := tx.Pipelined(ctx, func(pipe redis.Pipeliner) error {
+			_ = pipe.Process(ctx, watch)
+			reads(pipe)
 			return nil
 		})
-		if err != nil && get.Err() == nil || errors.Is(err, redis.Nil) && !errors.Is(get.Err(), redis.Nil) {
-			return errors.Join(err, unwatch(ctx, tx)) // the WATCH itself failed
+		if watchErr := watch.Err(); watchErr != nil || err != nil && !answered(cmds) {
+			return errors.Join(watchErr, err, unwatch(ctx, tx)) // the WATCH itself failed
 		}
 		return fn(tx, get)
 	})
+}
+
+// answered reports whether a pipeline that failed has a reply of the
+// server's to say why: else it failed before any (the connection).
+func answered(cmds []redis.Cmder) bool {
+	for _, cmd := range cmds {
+		if cmd.Err() != nil {
+			return true
+		}
+	}
+	return false
 }
 
 // unwatch ends a watch that no EXEC will end. go-redis only unwatches the

@@ -5,30 +5,41 @@ import (
 	"time"
 )
 
-// How one Acquire call waits between its attempts. It starts listening at
-// its first refusal: where the Locker queues, it joins the Locker's
-// subscription to handoffs and queues on the key once that is usable
-// (handoff.go, queue.go); otherwise it subscribes to the key's wake-ups
-// (wakeup.go). Either way it attempts again when woken, when the holder's
-// lease ends, and on a timer in case a message is lost: announcedPoll while
-// queued, else exponential backoff with jitter (WithBackoff). A
-// subscription is made in the background, and the wait polls on its
-// backoff until it is confirmed, so a slow or lost confirmation costs
-// nothing on a key freed meanwhile. No release can go unheard: once the
-// subscription is confirmed the wait attempts once more before it relies
-// on it, so a release before that attempt is seen by it, and one after is
-// heard.
+// How one Acquire call waits between its attempts, in one of the modes
+// below (waitMode). It starts listening at its first refusal: where the
+// Locker queues, it joins the Locker's subscription to handoffs and queues
+// on the key once that is usable (handoff.go, protocol.go); otherwise it
+// subscribes to the key's wake-ups (wakeup.go). Either way it attempts
+// again when woken, when the holder's lease ends, and on a timer in case a
+// message is lost: announcedPoll while queued, else exponential backoff
+// with jitter (WithBackoff). A subscription is made in the background, and
+// the wait polls on its backoff until it is confirmed, so a slow or lost
+// confirmation costs nothing on a key freed meanwhile. No release can go
+// unheard: once the subscription is confirmed the wait attempts once more
+// before it relies on it, so a release before that attempt is seen by it,
+// and one after is heard.
 type waiting struct {
 	l       *Locker
 	key     string
 	backoff *backoff
+	mode    waitMode
 
-	listening bool            // it has started listening, at its first refusal
-	sub       *subscription   // the Locker's subscription to handoffs it joined, if any
-	entry     *queueEntry     // its place in the key's queue, while it queues
-	handed    <-chan struct{} // signalled when a release hands the key to entry
-	wake      *wakeup         // the key's wake-ups, for a wait that does not queue
+	sub    *subscription   // joining, queued: the Locker's subscription to handoffs
+	entry  *queueEntry     // queued: its place in the key's queue
+	handed <-chan struct{} // queued: signalled when a release hands the key to entry
+	wake   *wakeup         // wakeUps: the key's wake-ups; nil where pub/sub is off
 }
+
+// waitMode is how a wait waits; it only ever moves down this list.
+type waitMode int
+
+const (
+	polling waitMode = iota // before its first refusal: backoff alone
+	joining                 // it joined the Locker's subscription to handoffs, not yet usable
+	queued                  // in the key's queue: a release hands it the key
+	wakeUps                 // it listens to the key's wake-ups, or polls where it cannot
+	served                  // it won the key
+)
 
 func (l *Locker) newWaiting(key string) *waiting {
 	w := &waiting{l: l, key: key, backoff: newBackoff(l.cfg.minBackoff, l.cfg.maxBackoff)}
@@ -37,26 +48,26 @@ func (l *Locker) newWaiting(key string) *waiting {
 		// one): the first attempt may as well queue, saving a refused round
 		// trip when the key is held. It costs nothing when it is not.
 		if w.sub = l.handoff.joinIfListening(l); w.sub != nil {
-			w.listening = true
+			w.mode = joining
 		}
 	}
 	return w
 }
 
 // nextEntry returns the queue entry the next attempt carries, or nil for
-// an attempt outside the queue. A wait queues once its subscription is
-// live. It leaves the queue, and waits for wake-ups instead, when the
-// subscription ends (Locker.Close, a closed client) or the server refuses
-// the queue.
+// an attempt outside the queue. A joining wait queues once its
+// subscription is live. A wait leaves the queue, and waits for wake-ups
+// instead, when the subscription ends (Locker.Close, a closed client) or
+// the server refuses the queue.
 func (w *waiting) nextEntry(ctx context.Context) *queueEntry {
 	switch {
-	case w.sub == nil:
-	case w.entry != nil && (!w.sub.live() || !w.l.queues()):
+	case w.mode == queued && (!w.sub.live() || !w.l.queues()):
 		w.stopQueueing(ctx)
-	case w.entry == nil && w.sub.live() && w.l.queues():
+	case w.mode == joining && w.sub.live() && w.l.queues():
+		w.mode = queued
 		w.entry = w.l.newQueueEntry(w.key)
 		w.handed = w.l.handoff.expect(w.entry.token) // before the entry is pushed
-	case w.entry == nil && (subscriptionFailed(w.sub) || !w.l.queues()):
+	case w.mode == joining && (subscriptionFailed(w.sub) || !w.l.queues()):
 		w.stopQueueing(ctx)
 	}
 	return w.entry
@@ -77,11 +88,11 @@ func (w *waiting) stopQueueing(ctx context.Context) {
 	w.leaveQueue(ctx)
 	w.l.handoff.leave(w.sub)
 	w.sub = nil
-	w.wake = w.l.subscribe(ctx, w.key)
+	w.mode, w.wake = wakeUps, w.l.subscribe(ctx, w.key)
 }
 
 func (w *waiting) leaveQueue(ctx context.Context) {
-	if w.entry == nil {
+	if w.mode != queued {
 		return
 	}
 	// Forget first: a handoff that arrives after that is dropped, and the
@@ -89,28 +100,26 @@ func (w *waiting) leaveQueue(ctx context.Context) {
 	// one that arrives after a leave that failed is declined (abandon).
 	w.l.handoff.forget(w.entry.token)
 	w.l.leaveQueue(ctx, w.entry)
-	w.entry = nil
+	w.entry, w.handed = nil, nil
 }
 
 // refused is called after an attempt was refused by a live lease. The
 // first time, the wait starts listening, and it reports whether to attempt
-// again at once: whether it listens already. A queued attempt
-// that could not queue on the key (its queue is not a sorted set, say)
-// ends the wait's queueing.
+// again at once: whether it listens already. A queued attempt that could
+// not queue on the key (its queue is not a sorted set, say) ends the
+// wait's queueing.
 func (w *waiting) refused(ctx context.Context, r refusal) bool {
-	if r.unqueued && w.sub != nil {
+	switch {
+	case r.unqueued && (w.mode == joining || w.mode == queued):
 		w.stopQueueing(ctx)
 		return false // it attempts again once its wake-ups are confirmed
-	}
-	if w.listening {
+	case w.mode != polling:
 		return false
-	}
-	w.listening = true
-	if w.l.queues() {
-		w.sub = w.l.handoff.join(w.l)
+	case w.l.queues():
+		w.mode, w.sub = joining, w.l.handoff.join(w.l)
 		return w.sub.live() // usually not yet: sleep until it is
 	}
-	w.wake = w.l.subscribe(ctx, w.key)
+	w.mode, w.wake = wakeUps, w.l.subscribe(ctx, w.key)
 	return false // usually not yet confirmed: sleep until it is
 }
 
@@ -118,10 +127,11 @@ func (w *waiting) refused(ctx context.Context, r refusal) bool {
 // wait's entry off the queue with it (queued.lua, the takeover), or the
 // attempt removed it right after (tryAcquire).
 func (w *waiting) won() {
-	if w.entry != nil {
+	if w.mode == queued {
 		w.l.handoff.forget(w.entry.token)
-		w.entry = nil
+		w.entry, w.handed = nil, nil
 	}
+	w.mode = served
 }
 
 // end releases what the wait held: its place in the queue, if it did not
@@ -140,10 +150,10 @@ func (w *waiting) end(ctx context.Context) {
 func (w *waiting) sleep(ctx context.Context, refused refusal) error {
 	var wait time.Duration
 	var handed, ready, ended <-chan struct{}
-	switch {
-	case w.entry != nil:
+	switch w.mode {
+	case queued:
 		wait, handed, ended = announcedPoll, w.handed, w.sub.ended
-	case w.sub != nil:
+	case joining:
 		wait, ready = w.backoff.next(), w.sub.ready
 	default:
 		wait = w.backoff.next()

@@ -1,24 +1,20 @@
--- handon.lua: handOn(key, waiters, now, window, barge), shared by
--- release.lua and leave.lua.
+-- handon.lua: handOn(key, waiters, now, barge), shared by release.lua and
+-- leave.lua; prefixed with protocol.lua, whose encodings it writes.
 --
 -- key      the lock key, which the caller owns
--- waiters  its waiters: a sorted set of entries "<Locker id>:<token>",
---          scored by arrival, in Unix µs by the waiter's clock (queued.lua)
+-- waiters  its waiters: a sorted set of entries, scored by arrival, in
+--          Unix µs by the waiter's clock (queued.lua)
 -- now      the caller's clock in Unix µs
--- window   how long a waiter has to claim the key, in ms
 -- barge    the starvation threshold in µs: while the first waiter has
 --          waited less, the key is not handed over; 0 always hands over,
 --          whatever the clocks say of the wait
 --
 -- Gives key to the first waiter whose Locker hears of it. For each
--- entry, first in line first, it takes the entry off the queue, writes a
--- provisional value for the entry's token into the key, stating an expiry
--- window ms after now and expiring on the server after window ms, and only
--- then announces it on the channel of the entry's Locker: write, then
--- announce. The waiter takes the lease by claiming the key with a lease of
--- its own (queued.lua); hearing is not holding. A waiter that never claims
--- costs window ms, never a lease. An entry whose Locker nobody listens for
--- is skipped.
+-- entry, first in line first, it takes the entry off the queue, writes
+-- the provisional value for the entry's token into the key, expiring on
+-- the server after the claim window, and only then announces it on the
+-- channel of the entry's Locker: write, then announce (protocol.go). An
+-- entry whose Locker nobody listens for is skipped.
 --
 -- Adaptive barging, after Go's sync.Mutex: while the first waiter in line
 -- has waited less than barge, handing it the key would serialise every
@@ -37,16 +33,16 @@
 --         -1, error  the queue, the write or the channel failed (refused
 --                    by ACL, say): the entry is back in its place, and the
 --                    caller deletes the key and reports error
-local function handOn(key, waiters, now, window, barge)
+local function handOn(key, waiters, now, barge)
   while true do
     local head = redis.pcall('zrange', waiters, 0, 0, 'withscores')
     if type(head) ~= 'table' or head.err or #head < 2 then return 0 end
     local entry, place = head[1], head[2]
-    local locker, token = string.match(entry, '^([^:]+):([^:]+)$')
-    local channel = locker and 'setnxlock:handoff:' .. locker
+    local locker, token = queue.entry(entry)
+    local channel = locker and queue.channel(locker)
     if locker and barge > 0 and now - tonumber(place) < barge then -- 0: whatever the clocks
       -- Nothing is written for the waiter, which stays first in line.
-      local heard = redis.pcall('publish', channel, token .. ':' .. key)
+      local heard = redis.pcall('publish', channel, queue.payload(token, key))
       if type(heard) ~= 'number' then return -1, heard.err end
       if heard > 0 then return 2 end
       locker = nil -- nobody listens for it: it leaves the queue, below
@@ -57,11 +53,10 @@ local function handOn(key, waiters, now, window, barge)
     local taken = redis.pcall('zrem', waiters, entry)
     if type(taken) ~= 'number' then return -1, taken.err end
     if locker then
-      local value = string.format('%.0f', math.floor(now / 1000) + window) .. ':' .. token
-      local written = redis.pcall('set', key, value, 'px', window)
+      local written = redis.pcall('set', key, queue.provisional(token), 'px', queue.window)
       local heard = 0
       if not written.err then
-        heard = redis.pcall('publish', channel, token .. ':' .. key)
+        heard = redis.pcall('publish', channel, queue.payload(token, key)) -- write, then announce
       end
       if written.err or type(heard) ~= 'number' then
         redis.pcall('zadd', waiters, place, entry)

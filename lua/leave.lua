@@ -1,13 +1,14 @@
--- leave.lua: a queued waiter leaves the queue without the lock (queue.go).
--- Prefixed with handon.lua.
+-- leave.lua: a queued waiter leaves the queue without the lock (protocol.go).
+-- Prefixed with protocol.lua and handon.lua.
 --
--- KEYS[1]  the lock key
--- KEYS[2]  its waiters (waitersKey)
--- ARGV[1]  our entry
--- ARGV[2]  our entry's token
--- ARGV[3]  the key's wake channel, or '' for none
--- ARGV[4]  our clock in Unix µs
--- ARGV[5]  the claim window of a handoff, in ms
+-- KEYS[1]    the lock key
+-- KEYS[2]    its waiters (waitersKey)
+-- ARGV[1..4] the queue's encodings (protocol.lua)
+-- ARGV[5]    our entry
+-- ARGV[6]    the suffix of every value written for our entry: its token
+--            after the value's separator
+-- ARGV[7]    the key's wake channel, or '' for none
+-- ARGV[8]    our clock in Unix µs
 --
 -- Takes our entry off the queue. If the key carries our token (a release
 -- handed it to us and we will not claim it, or an attempt of ours whose
@@ -21,19 +22,18 @@
 -- instead, so that a free key never waits on a waiter that left.
 --
 -- Returns 2 handed on, 1 deleted, 0 the key did not carry our token.
-redis.pcall('zrem', KEYS[2], ARGV[1])
+redis.pcall('zrem', KEYS[2], ARGV[5])
 local current = redis.pcall('get', KEYS[1])
 if current == false then
   local head = redis.pcall('zrange', KEYS[2], 0, 0)
   local locker, token
-  if type(head) == 'table' and #head == 1 then
-    locker, token = string.match(head[1], '^([^:]+):([^:]+)$')
-  end
-  if locker then redis.pcall('publish', 'setnxlock:handoff:' .. locker, token .. ':' .. KEYS[1]) end
+  if type(head) == 'table' and #head == 1 then locker, token = queue.entry(head[1]) end
+  if locker then redis.pcall('publish', queue.channel(locker), queue.payload(token, KEYS[1])) end
   return 0
 end
-if type(current) ~= 'string' or string.sub(current, -#ARGV[2] - 1) ~= ':' .. ARGV[2] then return 0 end
-if handOn(KEYS[1], KEYS[2], tonumber(ARGV[4]), tonumber(ARGV[5]), 0) == 1 then return 2 end
+local suffix = ARGV[6]
+if type(current) ~= 'string' or #current <= #suffix or string.sub(current, -#suffix) ~= suffix then return 0 end
+if handOn(KEYS[1], KEYS[2], tonumber(ARGV[8]), 0) == 1 then return 2 end
 redis.call('del', KEYS[1])
-if ARGV[3] ~= '' then redis.pcall('publish', ARGV[3], KEYS[1]) end
+if ARGV[7] ~= '' then redis.pcall('publish', ARGV[7], KEYS[1]) end
 return 1

@@ -1,16 +1,16 @@
 -- owned.lua: owned(value), the owner check of a release (H3), shared by
 -- release.lua.
 --
--- ARGV[6]     our owner token, or '' when our values carry none
--- ARGV[8..]   without a token: the exact values that are ours
+-- ARGV[9]     our owner token, or '' when our values carry none
+-- ARGV[11..]  without a token: the exact values that are ours
 --
 -- A value is ours when it carries our token or, without one, when it is
 -- exactly a value we wrote.
 local function owned(value)
-  if ARGV[6] ~= '' then
-    return string.sub(value, -#ARGV[6] - 1) == ':' .. ARGV[6]
+  if ARGV[9] ~= '' then
+    return string.sub(value, -#ARGV[9] - 1) == ':' .. ARGV[9]
   end
-  for i = 8, #ARGV do
+  for i = 11, #ARGV do
     if value == ARGV[i] then return true end
   end
   return false

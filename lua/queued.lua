@@ -1,4 +1,4 @@
--- queued.lua: the first step of a queued attempt (queue.go), in one round
+-- queued.lua: the first step of a queued attempt (protocol.go), in one round
 -- trip.
 --
 -- KEYS[1]  the lock key
@@ -44,7 +44,7 @@ if #current > #suffix and string.sub(current, -#suffix) == suffix then
   -- a Refresh, renewals), and this write is not watched, so a copy of an
   -- earlier attempt that arrives late must not roll the lease back. A
   -- claim only moves the lease forward: it writes only over an earlier
-  -- end, and so never writes the value it found (queue.go).
+  -- end, and so never writes the value it found (protocol.go).
   local found = tonumber(string.sub(current, 1, -#suffix - 1))
   if found == nil or found >= tonumber(ARGV[6]) then return {4, current} end
   -- Claiming rewrites the lease by our clock, so the releaser's clock

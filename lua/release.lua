@@ -1,21 +1,21 @@
--- release.lua: Release, in one round trip. Prefixed with owned.lua and
--- handon.lua.
+-- release.lua: Release, in one round trip. Prefixed with owned.lua,
+-- protocol.lua and handon.lua.
 --
--- KEYS[1]   the lock key
--- KEYS[2..] when ARGV[5] is not '0': its release marker (releasedKey);
---           then, when ARGV[3] is '1': its waiters (waitersKey)
--- ARGV[1]   the key's wake channel, or '' for none
--- ARGV[2]   the releaser's clock in Unix µs
--- ARGV[3]   '' not to hand the key to a queued waiter; else the
---           starvation threshold in µs (handOn's barge), '0' to hand it
---           over whatever the wait
--- ARGV[4]   the claim window of a handoff, in ms
--- ARGV[5]   how long to remember this release, in ms (the rest of our
---           lease), or '0' not to
--- ARGV[6]   our owner token, or '' when our values carry none
--- ARGV[7]   without a token: this release's own id, fresh for each run
---           the client makes (go-redis resends it unchanged)
--- ARGV[8..] without a token: the exact values that are ours
+-- KEYS[1]    the lock key
+-- KEYS[2..]  when ARGV[8] is not '0': its release marker (releasedKey);
+--            then, when ARGV[7] is not '': its waiters (waitersKey)
+-- ARGV[1..4] the queue's encodings (protocol.lua)
+-- ARGV[5]    the key's wake channel, or '' for none
+-- ARGV[6]    the releaser's clock in Unix µs
+-- ARGV[7]    '' not to hand the key to a queued waiter; else the
+--            starvation threshold in µs (handOn's barge), '0' to hand it
+--            over whatever the wait
+-- ARGV[8]    how long to remember this release, in ms (the rest of our
+--            lease), or '0' not to
+-- ARGV[9]    our owner token, or '' when our values carry none
+-- ARGV[10]   without a token: this release's own id, fresh for each run
+--            the client makes (go-redis resends it unchanged)
+-- ARGV[11..] without a token: the exact values that are ours
 --
 -- Only if the key is ours (H3), it hands the key to the first queued
 -- waiter that hears of it (handOn), or else deletes it and wakes the key's
@@ -36,23 +36,23 @@
 --         {3, ''}     an earlier run of this release already released it
 local marker, waiters
 local index = 2
-if ARGV[5] ~= '0' then
+if ARGV[8] ~= '0' then
   marker = KEYS[index]
   index = index + 1
 end
-if ARGV[3] ~= '' then waiters = KEYS[index] end
-local now = math.floor(tonumber(ARGV[2]) / 1000) -- ms, for the marker
+if ARGV[7] ~= '' then waiters = KEYS[index] end
+local now = math.floor(tonumber(ARGV[6]) / 1000) -- ms, for the marker
 
 -- what this release remembers itself by: our token, or its own id
-local member = ARGV[6]
-if member == '' then member = ARGV[7] end
+local member = ARGV[9]
+if member == '' then member = ARGV[10] end
 
 local function remembered()
   if not marker then return false end
   return type(redis.pcall('zscore', marker, member)) == 'string'
 end
 
-if ARGV[6] == '' and remembered() then return {3, ''} end
+if ARGV[9] == '' and remembered() then return {3, ''} end
 local current = redis.pcall('get', KEYS[1])
 if type(current) ~= 'string' or not owned(current) then
   if remembered() then return {3, ''} end
@@ -62,16 +62,16 @@ end
 local function remember()
   if not marker then return end
   redis.pcall('zremrangebyscore', marker, '-inf', now)
-  redis.pcall('zadd', marker, now + tonumber(ARGV[5]), member)
+  redis.pcall('zadd', marker, now + tonumber(ARGV[8]), member)
   local ttl = redis.pcall('pttl', marker)
-  if type(ttl) ~= 'number' or ttl < tonumber(ARGV[5]) then
-    redis.pcall('pexpire', marker, ARGV[5])
+  if type(ttl) ~= 'number' or ttl < tonumber(ARGV[8]) then
+    redis.pcall('pexpire', marker, ARGV[8])
   end
 end
 
 local failed = ''
 if waiters then
-  local handed, err = handOn(KEYS[1], waiters, tonumber(ARGV[2]), tonumber(ARGV[4]), tonumber(ARGV[3]))
+  local handed, err = handOn(KEYS[1], waiters, tonumber(ARGV[6]), tonumber(ARGV[7]))
   if handed == 1 then
     remember()
     return {2, ''}
@@ -79,6 +79,6 @@ if waiters then
   if handed == -1 then failed = err end
 end
 redis.call('del', KEYS[1])
-if ARGV[1] ~= '' then redis.pcall('publish', ARGV[1], KEYS[1]) end
+if ARGV[5] ~= '' then redis.pcall('publish', ARGV[5], KEYS[1]) end
 remember()
 return {1, failed}

@@ -1,0 +1,169 @@
+package setnxlock
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// The hand-on loop of the command transport (commandqueue.go), as
+// handon.lua's with the same encodings (protocol.go): one watched
+// transaction per entry, reading the key and the head of the queue with
+// the WATCH, writing the provisional value and announcing it last.
+
+// maxHandOns bounds how many entries one release or leave hands the key
+// past (entries nobody heard), as handon.lua's loop ends with the queue.
+const maxHandOns = 16
+
+// handOnOwned is the hand-on loop: if key holds a value owned reports
+// ours, it hands the key to the first waiter that has waited barge (0:
+// any), or else deletes it, wakes the key's waiters and, when the first
+// waiter has waited less, wakes that one to race for it. A handoff nobody
+// heard is handed on while the key holds exactly the provisional value
+// written for it (protocol.go). It reports whether the key was ours; once
+// it was, what goes wrong handing on costs the claim window, and is not
+// the caller's failure.
+func (q commandQueue) handOnOwned(ctx context.Context, key string, owned func(string) bool, barge time.Duration) (bool, error) {
+	ours := false
+	for range maxHandOns {
+		step, err := q.handOnce(ctx, key, owned, barge)
+		if !ours && errors.Is(err, redis.TxFailedErr) {
+			// The queue kept changing under the watch (waiters arriving,
+			// leaving): release as if nobody queued, and wake the first in
+			// line, rather than fail the release.
+			deleted, err := q.l.deleteOwned(ctx, key, owned)
+			if deleted {
+				q.wakeHead(ctx, key)
+			}
+			return deleted, err
+		}
+		if !ours && (err != nil || !step.written) {
+			return false, err
+		}
+		ours = true
+		if err != nil || !step.written || !step.unheard() || !step.handed {
+			return true, nil // handed and heard, freed, or moved on since
+		}
+		// Nobody heard the handoff: hand the key on from that provisional
+		// value, at once and whatever the next waiter's wait.
+		provisional := step.provisional
+		owned, barge = func(current string) bool { return current == provisional }, 0
+	}
+	return true, nil
+}
+
+// handStep is one transaction of the hand-on loop: what it read of the
+// queue, what it decided and what it wrote.
+type handStep struct {
+	head        *headOf // the first waiter, if any
+	malformed   string  // a first entry that is not one: it is dropped
+	handed      bool    // the key was handed to head; else freed, and head woken
+	provisional string  // the value written for head, when handed
+	heard       *redis.IntCmd
+	written     bool
+}
+
+// unheard reports whether the step announced the key to a waiter whose
+// Locker nobody listens for.
+func (s *handStep) unheard() bool { return s.written && s.heard != nil && s.heard.Val() == 0 }
+
+// queue queues the step's writes: the handoff (write, then announce), or
+// the delete, the wake-up of the key's waiters and of the first in line.
+func (s *handStep) queue(ctx context.Context, pipe redis.Pipeliner, key string) {
+	waiters := waitersKey(key)
+	if s.handed {
+		pipe.ZRem(ctx, waiters, s.head.member)
+		pipe.Set(ctx, key, s.provisional, 0)
+		pipe.PExpire(ctx, key, claimWindow)
+		s.heard = pipe.Publish(ctx, handoffChannel(s.head.locker), formatPayload(s.head.token, key)) // write, then announce
+		return
+	}
+	pipe.Del(ctx, key)
+	pipe.Publish(ctx, WakeChannel(key), key)
+	if s.malformed != "" {
+		pipe.ZRem(ctx, waiters, s.malformed) // as handon.lua drops it
+	}
+	if s.head != nil { // wake it to race for the key; it keeps its place
+		s.heard = pipe.Publish(ctx, handoffChannel(s.head.locker), formatPayload(s.head.token, key))
+	}
+}
+
+// handOnce is one watched transaction of handOnOwned: WATCH key and its
+// queue with GET and the head of the queue, then, if owned, the step. A
+// wake-up nobody heard takes that entry off the queue and wakes the next.
+func (q commandQueue) handOnce(ctx context.Context, key string, owned func(string) bool, barge time.Duration) (handStep, error) {
+	waiters := waitersKey(key)
+	var head *redis.ZSliceCmd
+	var step handStep
+	written, err := q.l.watchedWrite(ctx, key, watched{
+		also:  []string{waiters},
+		read:  func(pipe redis.Pipeliner) { head = pipe.ZRangeWithScores(ctx, waiters, 0, 0) },
+		owned: owned,
+		write: func(pipe redis.Pipeliner) error {
+			h, malformed, err := readHead(head)
+			if err != nil {
+				return err
+			}
+			now := q.l.cfg.clock.Now()
+			step = handStep{head: h, malformed: malformed}
+			step.handed = h != nil && (barge == 0 || now.Sub(h.since) >= barge) // 0: whatever the clocks
+			if step.handed {
+				step.provisional = provisionalValue(now, h.token)
+			}
+			step.queue(ctx, pipe, key)
+			return nil
+		},
+	})
+	step.written = written
+	if err != nil {
+		return handStep{}, err
+	}
+	if step.unheard() && !step.handed {
+		// A wake-up nobody heard: that entry's Locker is gone. It leaves
+		// the queue and the next in line is woken instead.
+		_ = q.l.client.ZRem(ctx, waiters, step.head.member).Err()
+		q.wakeHead(ctx, key)
+	}
+	return step, nil
+}
+
+// headOf is a queue's first entry, as read in a release's transaction.
+type headOf struct {
+	member string
+	locker string // the entry's Locker id
+	token  string
+	since  time.Time // its arrival, by its clock
+}
+
+// readHead reads a queue's first entry: nil when the queue is empty or is
+// not a sorted set; nil and the entry as malformed when it is not one
+// (parseEntry: nobody to hand to; the release drops it).
+func readHead(cmd *redis.ZSliceCmd) (head *headOf, malformed string, err error) {
+	zs, err := cmd.Result()
+	if isWrongType(err) {
+		return nil, "", nil // not a queue: nobody to hand to
+	}
+	if err != nil || len(zs) == 0 {
+		return nil, "", err
+	}
+	member, _ := zs[0].Member.(string)
+	locker, token, ok := parseEntry(member)
+	if !ok {
+		return nil, member, nil
+	}
+	return &headOf{member: member, locker: locker, token: token, since: time.UnixMicro(int64(zs[0].Score))}, "", nil
+}
+
+// wakeHead wakes the first waiter in key's queue, when the key is free and
+// nobody else will: after a wake-up nobody heard, or a leave.
+func (q commandQueue) wakeHead(ctx context.Context, key string) {
+	zs, err := q.l.client.ZRange(ctx, waitersKey(key), 0, 0).Result()
+	if err != nil || len(zs) == 0 {
+		return
+	}
+	if locker, token, ok := parseEntry(zs[0]); ok {
+		_ = q.l.client.Publish(ctx, handoffChannel(locker), formatPayload(token, key)).Err()
+	}
+}

@@ -1,0 +1,188 @@
+package setnxlock
+
+import (
+	"context"
+	"strings"
+	"time"
+)
+
+// The queue protocol, stated once. A waiting Acquire that queues (wait.go)
+// has an entry in its key's queue, waitersKey(key): a sorted set scored by
+// arrival, in µs by the waiter's clock, first in line first. A release
+// hands the key to the first waiter whose Locker hears of it, and a wait
+// that ends leaves. Two transports implement the same steps
+// (queueTransport): the scripts in lua/ (scriptqueue.go) and watched
+// transactions of commands alone (commandqueue.go). Both take the
+// encodings below from this file (the scripts as arguments, lua/protocol.lua)
+// and keep the same invariants:
+//
+//   - One owner per value. Every value written for a wait carries its
+//     entry's token: its own attempts' leases, a release's provisional
+//     value, and every later value of a queued win (its claim, Refresh,
+//     renewals). Only that wait claims them, by its token, and they never
+//     enter the Locker's lost-reply memory (pending.go), where another
+//     attempt could claim them too. An attempt of a queued wait that does
+//     not queue (the queue was refused) writes a token of its own.
+//   - Write, then announce. A handoff takes the entry off the queue, writes
+//     the provisional value and only then publishes the payload on the
+//     Locker's channel, in one script or one MULTI/EXEC (PUBLISH last); a
+//     write that fails is never announced.
+//   - Heard is a provisional hold; only a claim makes it a lease. The
+//     provisional value states an end claimWindow after the release and
+//     expires on the server then. The waiter claims it with a lease of its
+//     own clock (H4, H6). A waiter that died since it queued costs the
+//     window: an entry whose Locker does not listen is skipped at once.
+//   - A claim never writes the value it found (H10). A claim rewrites a
+//     value carrying its token without a watch (queued.lua) or under one
+//     (claimHanded), and only over a value stating an earlier end than its
+//     own (claimable): a late copy of an earlier attempt finds nothing to
+//     roll back. An attempt that finds an end no earlier than its own
+//     claims again at once one millisecond past it (restamp).
+//   - Hand on only the exact provisional value. A handoff nobody heard is
+//     handed on from the provisional value written for it, while the key
+//     holds exactly that value: the waiter may be alive (its subscription
+//     between two connections) and have claimed the key at its next poll,
+//     with a value that never equals the one it found.
+//   - Every way out of the queue removes the entry: a win by SETNX or by a
+//     claim and a takeover in the same atomic step, a win through the
+//     lost-reply memory right after (dequeue), a wait that gives up or
+//     stops queueing by leaving, which hands on (or deletes) a value
+//     carrying its token, even when taking the entry off is refused (X2).
+//     A leave that fails is remembered by the Locker's subscription, which
+//     declines a handoff to that entry later (handoff.go).
+//
+// The scores are the waiters' clocks: with clocks apart, two waiters
+// arriving within the skew of each other may be served in either order.
+
+// queueSeparator separates an entry's Locker id from its token, and a
+// handoff payload's token from its key.
+const queueSeparator = ":"
+
+// claimWindow is how long a waiter handed a key has to claim it: long
+// enough for the handoff's message and the claim's round trip, or for the
+// waiter's next poll (announcedPoll) when the message is lost; short
+// enough that a waiter that died since it queued costs only that.
+const claimWindow = 250 * time.Millisecond
+
+// handoffChannelPrefix starts the channel a Locker listens on for locks
+// handed to it, before the Locker's id.
+const handoffChannelPrefix = "setnxlock:handoff:"
+
+// handoffChannel names the channel of the Locker whose id is lockerID.
+func handoffChannel(lockerID string) string { return handoffChannelPrefix + lockerID }
+
+// formatEntry is a wait's entry in a queue: "<Locker id>:<token>".
+func formatEntry(lockerID, token string) string { return lockerID + queueSeparator + token }
+
+// parseEntry splits an entry into its Locker id and token; ok is false for
+// a member that is not an entry (either part empty, or the token holding
+// the separator): nobody to hand to.
+func parseEntry(member string) (lockerID, token string, ok bool) {
+	lockerID, token, ok = strings.Cut(member, queueSeparator)
+	ok = ok && lockerID != "" && token != "" && !strings.Contains(token, queueSeparator)
+	return lockerID, token, ok
+}
+
+// formatPayload is the message announcing key to the wait of token, on
+// its Locker's channel: "<token>:<key>".
+func formatPayload(token, key string) string { return token + queueSeparator + key }
+
+// parsePayload splits a handoff's message into the token and the key.
+func parsePayload(payload string) (token, key string, ok bool) {
+	return strings.Cut(payload, queueSeparator)
+}
+
+// provisionalPrefix is a provisional value written at now without its
+// token: the end claimWindow later in Unix ms and the value's separator.
+func provisionalPrefix(now time.Time) string { return formatValue(now.Add(claimWindow), "") }
+
+// provisionalValue is the value a release at now writes for the wait of
+// token: ours (formatValue), stating an end claimWindow later.
+func provisionalValue(now time.Time, token string) string { return provisionalPrefix(now) + token }
+
+// appendProtocolArgs appends to args the encodings a script prefixed with
+// lua/protocol.lua takes as its first arguments, for a release or a leave
+// at now.
+func appendProtocolArgs(args []any, now time.Time) []any {
+	return append(args, queueSeparator, handoffChannelPrefix, provisionalPrefix(now), claimWindow.Milliseconds())
+}
+
+// queueTransport is one transport of the protocol: the steps a queued
+// wait and a release take, each atomic on the key and its queue. Waking
+// the first in line, to race for a key left free, is part of handOn and
+// leave on both (handon.lua and leave.lua; wakeHead), never a step of its
+// own.
+type queueTransport interface {
+	// enqueueOrClaim is a queued attempt's first step: SETNX with ours;
+	// else the claim of a value carrying entry's token and stating an
+	// earlier end (claimable), taking the entry off the queue with it;
+	// else the entry's place in the queue, kept if it has one, and the
+	// value found.
+	enqueueOrClaim(ctx context.Context, key string, ours stamp, entry *queueEntry) (claimOutcome, error)
+	// handOn is a release of k's key: only if it holds k's value (H3), it
+	// hands the key to the first waiter that hears of it and has waited
+	// the starvation threshold, else deletes it, announces the release and
+	// wakes the first waiter to race for it. It reports whether the key
+	// was k's.
+	handOn(ctx context.Context, k *Lock) (bool, error)
+	// leave takes entry off its key's queue and hands on (or deletes) a
+	// value carrying its token; a key left free wakes the next in line.
+	leave(ctx context.Context, entry *queueEntry) error
+}
+
+// queueEntry is one waiting Acquire's place in a key's queue.
+type queueEntry struct {
+	key    string
+	token  string // carried by every value written for this wait
+	member string // formatEntry(Locker id, token), in the key's queue
+}
+
+// newQueueEntry describes a wait of this Locker on key.
+func (l *Locker) newQueueEntry(key string) *queueEntry {
+	token := newToken()
+	return &queueEntry{key: key, token: token, member: formatEntry(l.handoff.id, token)}
+}
+
+// suffix is how every value written for this wait ends: the entry's token
+// after the value's separator.
+func (e *queueEntry) suffix() string { return string(tokenSeparator) + e.token }
+
+// carries reports whether a value was written for this wait; nothing was
+// for no wait (nil).
+func (e *queueEntry) carries(value string) bool { return e != nil && tokenOf(value) == e.token }
+
+// claimable reports whether a claim with ours may rewrite current, the
+// value found at the entry's key: only a value written for this wait that
+// states an earlier end than ours does (H10), so a claim never writes the
+// value it found.
+func (e *queueEntry) claimable(current string, ours stamp) bool {
+	if !e.carries(current) {
+		return false
+	}
+	found, err := parseExpiry(current)
+	return err == nil && found.Before(statedEnd(ours))
+}
+
+// restamp is the value a queued attempt claims with after its claim found
+// current, a value written for its wait that states an end no earlier than
+// ours: one stating a millisecond past current's end, so that the claim
+// moves the lease forward and differs from the value found. The holder
+// still believes its own lease, ours's expiry by its own clock, which that
+// value outlasts.
+func (e *queueEntry) restamp(current string, ours stamp) (stamp, error) {
+	found, err := parseExpiry(current)
+	if err != nil {
+		return stamp{}, err
+	}
+	return stamp{value: formatValue(found.Add(time.Millisecond), e.token), expiry: ours.expiry, start: ours.start}, nil
+}
+
+// statedEnd is the end our own value states: its expiry, or past it for a
+// restamped claim.
+func statedEnd(ours stamp) time.Time {
+	end, err := parseExpiry(ours.value)
+	if err != nil {
+		return ours.expiry // not reached: our values always parse
+	}
+	return end
+}

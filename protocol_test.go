@@ -1,0 +1,57 @@
+package setnxlock
+
+import (
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// The scripted transport reads and writes the queue's encodings with the
+// functions of lua/protocol.lua, given the encodings by appendProtocolArgs; the
+// command transport with those of protocol.go. Both must agree on every
+// member, well formed or not, and write the same bytes.
+func TestBothTransportsShareTheQueuesEncodings(t *testing.T) {
+	encode := redis.NewScript(protocolLua + `
+local locker, token = queue.entry(ARGV[5])
+return {locker or false, token or false, queue.channel('L1'), queue.payload('T1', 'lock.k'), queue.provisional('T1')}`)
+	members := []string{
+		formatEntry("L1", "T1"), "L1:T1", ":T1", "L1:", "L1", "", "L1:T1:x", "L1::T1", "a:b", "L:" + newToken(),
+	}
+	onEachBackend(t, func(t *testing.T, b *backend) {
+		now := b.clock.Now()
+		for _, member := range members {
+			reply, err := encode.Run(ctx, b.raw, nil, append(appendProtocolArgs(nil, now), member)...).Slice()
+			require.NoError(t, err)
+			locker, token, ok := parseEntry(member)
+			if ok {
+				assert.Equal(t, []any{locker, token}, reply[:2], "entry %q", member)
+			} else {
+				assert.Equal(t, []any{nil, nil}, reply[:2], "not an entry: %q", member)
+			}
+			assert.Equal(t, handoffChannel("L1"), reply[2])
+			assert.Equal(t, formatPayload("T1", "lock.k"), reply[3])
+			assert.Equal(t, provisionalValue(now, "T1"), reply[4])
+		}
+	})
+}
+
+// Each encoding reads back what it wrote.
+func TestTheQueuesEncodingsRoundTrip(t *testing.T) {
+	token := newToken()
+	locker, got, ok := parseEntry(formatEntry("locker-1", token))
+	assert.True(t, ok)
+	assert.Equal(t, []string{"locker-1", token}, []string{locker, got})
+
+	got, key, ok := parsePayload(formatPayload(token, "{app}:lock:k"))
+	assert.True(t, ok)
+	assert.Equal(t, []string{token, "{app}:lock:k"}, []string{got, key}, "a key may hold the separator")
+
+	now := clockStart()
+	value := provisionalValue(now, token)
+	assert.Equal(t, token, tokenOf(value))
+	end, err := parseExpiry(value)
+	require.NoError(t, err)
+	assert.True(t, now.Add(claimWindow).Equal(end), "ends claimWindow after the release: %v", end)
+}
