@@ -178,6 +178,7 @@ func TestAWaiterThatGivesUpLeavesTheQueueAndHandsOnALateHandoff(t *testing.T) {
 	}{
 		{"nobody else waits", false, false},
 		{"to the next in line", true, false},
+		{"to the next in line, the leave's reply lost", true, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			onEachQueueingPath(t, func(t *testing.T, b *backend, path Option) {
