@@ -1,6 +1,7 @@
 package chaos
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"strings"
@@ -98,4 +99,16 @@ func (r *Result) Details() string {
 
 func countAtLeast(ds []time.Duration, d time.Duration) int {
 	return len(slices.DeleteFunc(slices.Clone(ds), func(x time.Duration) bool { return x < d }))
+}
+
+// Percentile returns the p-th percentile (0 < p ≤ 100) of ds by the
+// nearest-rank method, or 0 when ds is empty.
+func Percentile(ds []time.Duration, p float64) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	sorted := slices.Clone(ds)
+	slices.SortFunc(sorted, cmp.Compare)
+	rank := int(p/100*float64(len(sorted)) + 0.999999)
+	return sorted[min(max(rank, 1), len(sorted))-1]
 }
