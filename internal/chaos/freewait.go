@@ -34,28 +34,7 @@ type waitEnd struct {
 // wait over the bound is checked against what the server held (heldBy).
 func (r *Report) freeWaits(key string, acqs []Acquisition, calls []Call, down []Interval, states []KeyState, stops []FaultAt,
 	frozen map[string][]Interval, b Bounds) {
-	var waiting []caller // every call, from its start to its end
-	var ends []waitEnd
-	var doubts []Interval // in-doubt calls: from the start to the latest end of a lease they may have left
-	doubt := func(client string, from, to time.Time) {
-		doubts = append(doubts, Interval{From: from, To: to.Add(b.lease(client) + b.Takeover)})
-	}
-	for i, a := range acqs {
-		waiting = append(waiting, caller{Interval{From: called(a), To: a.Granted}, a.ID()})
-		ends = append(ends, waitEnd{at: a.Granted, id: a.ID(), grant: i})
-		if a.InDoubt {
-			doubt(a.Client, called(a), a.Granted)
-		}
-	}
-	for _, c := range calls {
-		waiting = append(waiting, caller{Interval{From: c.Start, To: c.End}, AcqID{Client: c.Client, Seq: c.Seq}})
-		if c.InDoubt || c.Killed {
-			doubt(c.Client, c.Start, c.End)
-		}
-		if !c.Killed {
-			ends = append(ends, waitEnd{at: c.End, id: AcqID{Client: c.Client, Seq: c.Seq}, grant: -1})
-		}
-	}
+	waiting, ends, doubts := waitsOf(acqs, calls, b)
 	stopped := stoppedWhileWaiting(waiting, stops)
 	slices.SortFunc(waiting, func(a, b caller) int { return a.From.Compare(b.From) })
 	slices.SortFunc(doubts, func(a, b Interval) int { return a.From.Compare(b.From) })
@@ -100,30 +79,67 @@ func (r *Report) freeWaits(key string, acqs []Acquisition, calls []Call, down []
 			r.InDoubtWaits++
 			continue
 		}
-		detail := ""
-		if b.FreeWait > 0 && wait > b.FreeWait {
-			var held, unclaimed bool
-			if held, unclaimed, detail = heldBy(states, acqs, from, e.at, b, stopped); held {
-				if unclaimed {
-					r.UnclaimedHandoffWaits++ // a handoff nobody claimed held the key for its claim window
-				} else {
-					r.LateHolderWaits++ // a holder stopped before it could report its grant held the key
-				}
-				continue
+		r.freeWait(key, e, from, wait, acqs, states, b, stopped)
+	}
+}
+
+// waitsOf lists, for freeWaits, every call of the key from its start to
+// its end (acquisitions first, in acqs' order, then calls), the instants a
+// free wait may end (grants, and calls that gave up, unless killed), and
+// for each write in doubt the span from its call's start to the latest end
+// of a lease it may have left.
+func waitsOf(acqs []Acquisition, calls []Call, b Bounds) (waiting []caller, ends []waitEnd, doubts []Interval) {
+	doubt := func(client string, from, to time.Time) {
+		doubts = append(doubts, Interval{From: from, To: to.Add(b.lease(client) + b.Takeover)})
+	}
+	for i, a := range acqs {
+		waiting = append(waiting, caller{Interval{From: called(a), To: a.Granted}, a.ID()})
+		ends = append(ends, waitEnd{at: a.Granted, id: a.ID(), grant: i})
+		if a.InDoubt {
+			doubt(a.Client, called(a), a.Granted)
+		}
+	}
+	for _, c := range calls {
+		waiting = append(waiting, caller{Interval{From: c.Start, To: c.End}, AcqID{Client: c.Client, Seq: c.Seq}})
+		if c.InDoubt || c.Killed {
+			doubt(c.Client, c.Start, c.End)
+		}
+		if !c.Killed {
+			ends = append(ends, waitEnd{at: c.End, id: AcqID{Client: c.Client, Seq: c.Seq}, grant: -1})
+		}
+	}
+	return waiting, ends, doubts
+}
+
+// freeWait counts one free wait of the key, wait long from from, that the
+// end e ended and no write in doubt explains: a wait over b.FreeWait that
+// what the server held explains (heldBy) is counted as such; any other is
+// among FreeWaits, and over the bound a violation.
+func (r *Report) freeWait(key string, e waitEnd, from time.Time, wait time.Duration, acqs []Acquisition, states []KeyState, b Bounds,
+	stopped func(time.Time) bool) {
+	detail := ""
+	if b.FreeWait > 0 && wait > b.FreeWait {
+		var held, unclaimed bool
+		if held, unclaimed, detail = heldBy(states, acqs, from, e.at, b, stopped); held {
+			if unclaimed {
+				r.UnclaimedHandoffWaits++ // a handoff nobody claimed held the key for its claim window
+			} else {
+				r.LateHolderWaits++ // a holder stopped before it could report its grant held the key
 			}
+			return
 		}
-		if wait > r.longestFreeWait {
-			r.longestFreeWait, r.LongestFreeWait = wait, e.id
+	}
+	if wait > r.longestFreeWait {
+		r.longestFreeWait, r.LongestFreeWait = wait, e.id
+	}
+	r.FreeWaits = append(r.FreeWaits, wait)
+	if b.FreeWait > 0 && wait > b.FreeWait {
+		what := "acquired"
+		if e.grant < 0 {
+			what = "gave up"
 		}
-		r.FreeWaits = append(r.FreeWaits, wait)
-		if b.FreeWait > 0 && wait > b.FreeWait {
-			what := "acquired"
-			if e.grant < 0 {
-				what = "gave up"
-			}
-			r.Violations = append(r.Violations, Violation{Kind: SlowFreeWait, Key: key, Second: e.id,
-				Detail: fmt.Sprintf("%s after waiting %s on a key nobody held, bound %s%s", what, wait, b.FreeWait, detail)})
-		}
+		r.Violations = append(r.Violations, Violation{Kind: SlowFreeWait, Key: key, Second: e.id,
+			Detail: fmt.Sprintf("%s after waiting %s on a key nobody held, bound %s%s", what, wait, b.FreeWait, detail)})
 	}
 }
 

@@ -65,6 +65,67 @@ func heldBy(states []KeyState, acqs []Acquisition, from, to time.Time, b Bounds,
 		}
 		return false, false, ""
 	}
+	x := indexStates(states, acqs)
+	first := max(sort.Search(len(states), func(i int) bool { return states[i].At.After(from) })-1, 0)
+	var seen []string
+	var legit time.Duration // how much of the wait values that explain it covered
+	explains := false       // whether the value of the previous sample explains the wait
+	for i := first; i < len(states) && !states[i].At.After(to); i++ {
+		s := states[i]
+		until := to
+		if i+1 < len(states) && states[i+1].At.Before(to) {
+			until = states[i+1].At
+		}
+		covered := until.Sub(later(s.At, from))
+		expiry, err := parseExpiryMillis(s.Value)
+		if s.Value == "" || err != nil || covered <= 0 {
+			continue
+		}
+		v := x.read(states, i, expiry, b)
+		repeat := i > first && s.Value == states[i-1].Value
+		if !repeat {
+			explains = false
+		}
+		switch {
+		case repeat:
+			if explains {
+				legit += covered // a later sample of a value judged below
+			}
+		case v.provisional && !v.reported:
+			legit, explains, unclaimed = legit+covered, true, true // it costs its claim window, by design
+		case v.handed && !stopped(s.At) && (!v.reported || v.holder.Granted.Sub(s.At) > b.FreeWait):
+			// (A handed key claimed by a waiter whose process was stopped
+			// right after is held by a win it cannot use: the case below.)
+			seen = append(seen, fmt.Sprintf("%s, handed by a release to the queue entry %s%s", s.Value, x.queued[v.token], v.claimed))
+		case v.reported || stopped(s.At):
+			legit, explains = legit+covered, true
+		case x.queued[v.token] != "":
+			seen = append(seen, fmt.Sprintf("%s, written for the queue entry %s, which nobody claimed", s.Value, x.queued[v.token]))
+		default:
+			seen = append(seen, s.Value+", which no holder reported")
+		}
+	}
+	if to.Sub(from)-legit <= b.FreeWait {
+		return true, unclaimed, ""
+	}
+	if len(seen) == 0 {
+		return false, false, "; the key was empty"
+	}
+	return false, false, "; the key held " + strings.Join(seen, ", then ")
+}
+
+// stateIndex is what heldBy reads the key's samples against: the
+// acquisitions by the expiry they were granted with (leases), the queue
+// entries seen by their token (queued), and the holder that reported a
+// lease with each token (owner): its renewals carry that token too.
+type stateIndex struct {
+	leases map[int64]Acquisition
+	queued map[string]string
+	owner  map[string]Acquisition
+}
+
+// indexStates builds the stateIndex of the key's samples and acquisitions.
+func indexStates(states []KeyState, acqs []Acquisition) stateIndex {
 	leases := map[int64]Acquisition{}
 	for _, a := range acqs {
 		leases[a.Expiry] = a
@@ -87,70 +148,45 @@ func heldBy(states []KeyState, acqs []Acquisition, from, to time.Time, b Bounds,
 			}
 		}
 	}
-	first := max(sort.Search(len(states), func(i int) bool { return states[i].At.After(from) })-1, 0)
-	var seen []string
-	var legit time.Duration // how much of the wait values that explain it covered
-	explains := false       // whether the value of the previous sample explains the wait
-	for i := first; i < len(states) && !states[i].At.After(to); i++ {
-		s := states[i]
-		until := to
-		if i+1 < len(states) && states[i+1].At.Before(to) {
-			until = states[i+1].At
-		}
-		covered := until.Sub(later(s.At, from))
-		expiry, err := parseExpiryMillis(s.Value)
-		if s.Value == "" || err != nil || covered <= 0 {
-			continue
-		}
-		_, token, _ := strings.Cut(s.Value, ":")
-		holder, reported := leases[expiry]
-		if a, ok := owner[token]; ok && token != "" && !reported && s.At.Before(a.freedBy(b.Takeover)) {
-			holder, reported = a, true // a renewal, while its holder held the key
-		}
-		handed := false
-		if i > 0 {
-			prev, err := parseExpiryMillis(states[i-1].Value)
-			handed = err == nil && states[i-1].Value != s.Value && time.UnixMilli(prev).Add(b.Takeover).After(s.At) && queued[token] != ""
-		}
-		// A handoff's value states the claim window from the release, by
-		// the releaser's clock (handon.lua, whose entries have two parts);
-		// one that states more is a lease handed out.
-		provisional := handed && strings.Count(queued[token], ":") == 1 && b.ClaimWindow > 0 &&
-			!time.UnixMilli(expiry).After(s.At.Add(b.ClaimWindow+b.Takeover))
-		claimed := ""
-		if reported {
-			claimed = fmt.Sprintf(", claimed by %s/%d %s later", holder.Client, holder.Seq, holder.Granted.Sub(s.At).Round(time.Millisecond))
-		}
-		repeat := i > first && s.Value == states[i-1].Value
-		if !repeat {
-			explains = false
-		}
-		switch {
-		case repeat:
-			if explains {
-				legit += covered // a later sample of a value judged below
-			}
-		case provisional && !reported:
-			legit, explains, unclaimed = legit+covered, true, true // it costs its claim window, by design
-		case handed && !stopped(s.At) && (!reported || holder.Granted.Sub(s.At) > b.FreeWait):
-			// (A handed key claimed by a waiter whose process was stopped
-			// right after is held by a win it cannot use: the case below.)
-			seen = append(seen, fmt.Sprintf("%s, handed by a release to the queue entry %s%s", s.Value, queued[token], claimed))
-		case reported || stopped(s.At):
-			legit, explains = legit+covered, true
-		case queued[token] != "":
-			seen = append(seen, fmt.Sprintf("%s, written for the queue entry %s, which nobody claimed", s.Value, queued[token]))
-		default:
-			seen = append(seen, s.Value+", which no holder reported")
-		}
+	return stateIndex{leases: leases, queued: queued, owner: owner}
+}
+
+// heldValue is what heldBy makes of one sampled value: its token, the
+// acquisition whose lease it is when one reported it (reported), whether
+// a release handed it over (handed) as a provisional value stating no
+// more than the claim window (provisional), and for the detail who
+// claimed it and when (claimed).
+type heldValue struct {
+	token                         string
+	holder                        Acquisition
+	reported, handed, provisional bool
+	claimed                       string
+}
+
+// read reads states[i], whose value states expiry.
+func (x stateIndex) read(states []KeyState, i int, expiry int64, b Bounds) heldValue {
+	s := states[i]
+	leases, owner, queued := x.leases, x.owner, x.queued
+	_, token, _ := strings.Cut(s.Value, ":")
+	holder, reported := leases[expiry]
+	if a, ok := owner[token]; ok && token != "" && !reported && s.At.Before(a.freedBy(b.Takeover)) {
+		holder, reported = a, true // a renewal, while its holder held the key
 	}
-	if to.Sub(from)-legit <= b.FreeWait {
-		return true, unclaimed, ""
+	handed := false
+	if i > 0 {
+		prev, err := parseExpiryMillis(states[i-1].Value)
+		handed = err == nil && states[i-1].Value != s.Value && time.UnixMilli(prev).Add(b.Takeover).After(s.At) && queued[token] != ""
 	}
-	if len(seen) == 0 {
-		return false, false, "; the key was empty"
+	// A handoff's value states the claim window from the release, by
+	// the releaser's clock (handon.lua, whose entries have two parts);
+	// one that states more is a lease handed out.
+	provisional := handed && strings.Count(queued[token], ":") == 1 && b.ClaimWindow > 0 &&
+		!time.UnixMilli(expiry).After(s.At.Add(b.ClaimWindow+b.Takeover))
+	claimed := ""
+	if reported {
+		claimed = fmt.Sprintf(", claimed by %s/%d %s later", holder.Client, holder.Seq, holder.Granted.Sub(s.At).Round(time.Millisecond))
 	}
-	return false, false, "; the key held " + strings.Join(seen, ", then ")
+	return heldValue{token: token, holder: holder, reported: reported, handed: handed, provisional: provisional, claimed: claimed}
 }
 
 // parseExpiryMillis reads the expiry of a lock value in Unix milliseconds:
