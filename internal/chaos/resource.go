@@ -111,99 +111,139 @@ func (s *resource) serveClient(conn net.Conn) {
 		case "events":
 			s.events(conn, in, req.args[0])
 			return
-		case "call":
-			n, err := req.ints(2)
-			if err != nil {
-				return
-			}
-			s.rec.called(id, req.args[1], time.Unix(0, n[0]))
-		case "acq":
-			n, err := req.ints(2, 3, 4, 5, 7)
-			if err != nil {
-				return
-			}
-			s.rec.acquired(Acquisition{Client: client, Seq: id.Seq, Key: req.args[1], Token: n[0],
-				Sent: time.Unix(0, n[1]), Granted: time.Unix(0, n[2]), LeaseEnd: time.Unix(0, n[3]), InDoubt: req.args[6] == "true",
-				Expiry: n[4]})
-			if pause, d := h.plan.afterGrant(); pause {
-				h.pause(FaultGrantPause, d, s.stop) // stopped right after it was handed the lock
-			}
-		case "op":
-			n, err := req.ints(2, 3, 4)
-			if err != nil {
-				return
-			}
-			// Live unless checked at or past the lease's end: only a holder
-			// that works until told writes past it (LockerConfig.UntilLost).
-			s.rec.checked(id, time.Unix(0, n[1]), n[1] < n[2], time.Unix(0, n[2]))
-			act, pause := h.plan.next()
-			switch act {
-			case actCrash:
-				s.rec.crashed(id, time.Now())
-				if h.kill(FaultKill) {
-					return // the process is gone; nothing will read a reply
-				}
-				if !reply(replyCrash) {
-					return
-				}
-				continue
-			case actPause:
-				h.pause(FaultPause, pause, s.stop) // the write arrives after the pause, as a stalled holder's would
-			}
-			accepted, ok := s.rec.write(id, req.args[1], n[0])
-			if !ok {
-				return
-			}
-			if !accepted {
-				if !reply(replyStale) {
-					return
-				}
-				continue
-			}
-		case "done":
-			n, err := req.ints(1, 3, 4, 5)
-			if err != nil {
-				return
-			}
-			at := time.Unix(0, n[0])
-			if n[2] != 0 {
-				s.rec.told(id, time.Unix(0, n[2]), time.Unix(0, n[3]))
-			}
-			s.rec.checked(id, at, req.args[2] == "true", time.Unix(0, n[1]))
-			key := s.rec.done(id, at)
-			if key != "" {
-				s.ann.released(key)
-			}
-			if kill, delay := h.plan.atRelease(); kill {
-				if !reply(replyOK) {
-					return
-				}
-				// SIGKILL in the middle of the release the client sends now.
-				time.AfterFunc(delay, func() {
-					s.rec.crashed(id, time.Now())
-					h.kill(FaultReleaseKill)
-				})
-				continue
-			}
-		case "rel":
-			n, err := req.ints(2)
-			if err != nil {
-				return
-			}
-			s.rec.released(id, req.args[1], time.Unix(0, n[0]))
-		case "fail":
-			n, err := req.ints(2)
-			if err != nil {
-				return
-			}
-			s.rec.failed(id, time.Unix(0, n[0]), req.args[3] == "true", strings.Join(req.args[4:], " "))
 		default:
-			return
+			switch s.answer(client, id, h, req, reply) {
+			case hangUp:
+				return
+			case answered:
+				continue
+			}
 		}
 		if !reply(replyOK) {
 			return
 		}
 	}
+}
+
+// afterRequest is what serveClient does once a request is handled.
+type afterRequest int
+
+const (
+	answerOK afterRequest = iota // answer ok
+	answered                     // the answer has been sent
+	hangUp                       // hang up: a malformed request, or a client gone
+)
+
+// answer handles one request of a loop of client, which said hello, and
+// records it; id is the acquisition its sequence number names. reply
+// sends an answer, and reports whether it could.
+func (s *resource) answer(client string, id AcqID, h clientHooks, req request, reply func(string) bool) afterRequest {
+	switch req.verb {
+	case "call":
+		n, err := req.ints(2)
+		if err != nil {
+			return hangUp
+		}
+		s.rec.called(id, req.args[1], time.Unix(0, n[0]))
+	case "acq":
+		n, err := req.ints(2, 3, 4, 5, 7)
+		if err != nil {
+			return hangUp
+		}
+		s.rec.acquired(Acquisition{Client: client, Seq: id.Seq, Key: req.args[1], Token: n[0],
+			Sent: time.Unix(0, n[1]), Granted: time.Unix(0, n[2]), LeaseEnd: time.Unix(0, n[3]), InDoubt: req.args[6] == "true",
+			Expiry: n[4]})
+		if pause, d := h.plan.afterGrant(); pause {
+			h.pause(FaultGrantPause, d, s.stop) // stopped right after it was handed the lock
+		}
+	case "op":
+		return s.onOp(id, h, req, reply)
+	case "done":
+		return s.onDone(id, h, req, reply)
+	case "rel":
+		n, err := req.ints(2)
+		if err != nil {
+			return hangUp
+		}
+		s.rec.released(id, req.args[1], time.Unix(0, n[0]))
+	case "fail":
+		n, err := req.ints(2)
+		if err != nil {
+			return hangUp
+		}
+		s.rec.failed(id, time.Unix(0, n[0]), req.args[3] == "true", strings.Join(req.args[4:], " "))
+	default:
+		return hangUp
+	}
+	return answerOK
+}
+
+// onOp is the resource's decision on a holder's write, after the fault
+// the plan draws for it: a crash, or a pause before the write arrives.
+func (s *resource) onOp(id AcqID, h clientHooks, req request, reply func(string) bool) afterRequest {
+	n, err := req.ints(2, 3, 4)
+	if err != nil {
+		return hangUp
+	}
+	// Live unless checked at or past the lease's end: only a holder
+	// that works until told writes past it (LockerConfig.UntilLost).
+	s.rec.checked(id, time.Unix(0, n[1]), n[1] < n[2], time.Unix(0, n[2]))
+	act, pause := h.plan.next()
+	switch act {
+	case actCrash:
+		s.rec.crashed(id, time.Now())
+		if h.kill(FaultKill) {
+			return hangUp // the process is gone; nothing will read a reply
+		}
+		if !reply(replyCrash) {
+			return hangUp
+		}
+		return answered
+	case actPause:
+		h.pause(FaultPause, pause, s.stop) // the write arrives after the pause, as a stalled holder's would
+	}
+	accepted, ok := s.rec.write(id, req.args[1], n[0])
+	if !ok {
+		return hangUp
+	}
+	if !accepted {
+		if !reply(replyStale) {
+			return hangUp
+		}
+		return answered
+	}
+	return answerOK
+}
+
+// onDone records the end of a holder's critical section, announces the
+// release of its key, and may kill the process in the middle of the
+// release it sends next.
+func (s *resource) onDone(id AcqID, h clientHooks, req request, reply func(string) bool) afterRequest {
+	n, err := req.ints(1, 3, 4, 5)
+	if err != nil {
+		return hangUp
+	}
+	at := time.Unix(0, n[0])
+	if n[2] != 0 {
+		s.rec.told(id, time.Unix(0, n[2]), time.Unix(0, n[3]))
+	}
+	s.rec.checked(id, at, req.args[2] == "true", time.Unix(0, n[1]))
+	key := s.rec.done(id, at)
+	if key != "" {
+		s.ann.released(key)
+	}
+	if kill, delay := h.plan.atRelease(); kill {
+		if !reply(replyOK) {
+			return hangUp
+		}
+		// SIGKILL in the middle of the release the client sends now.
+		time.AfterFunc(delay, func() {
+			s.rec.crashed(id, time.Now())
+			h.kill(FaultReleaseKill)
+		})
+		return answered
+	}
+	return answerOK
 }
 
 // events serves a client's events connection: it is announced releases,
