@@ -114,6 +114,16 @@ func DefaultConfig(mode string) Config {
 		QueuedHoldRate:    0.02,
 		OOMEvery:          2 * time.Second,
 	}
+	c.modeDefaults(mode)
+	// Held-back requests (H10), past the client's read timeout: the client
+	// has given up and gone on, and the request lands after its later ones.
+	c.Network.HoldRate = 0.001
+	c.Network.MinHold, c.Network.MaxHold = c.ReadTimeout+10*time.Millisecond, 3*c.ReadTimeout
+	return c
+}
+
+// modeDefaults changes the defaults where a mode needs its own.
+func (c *Config) modeDefaults(mode string) {
 	switch mode {
 	case ModePartition:
 		// The finding of issue 22 scaled to the harness's lease: go-redis's
@@ -137,11 +147,6 @@ func DefaultConfig(mode string) Config {
 		// releasing them: only process kills crash holders here.
 		c.CrashRate = 0
 	}
-	// Held-back requests (H10), past the client's read timeout: the client
-	// has given up and gone on, and the request lands after its later ones.
-	c.Network.HoldRate = 0.001
-	c.Network.MinHold, c.Network.MaxHold = c.ReadTimeout+10*time.Millisecond, 3*c.ReadTimeout
-	return c
 }
 
 func (c Config) validate() error {

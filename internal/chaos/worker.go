@@ -98,17 +98,24 @@ func RunWorker(parent context.Context, cfg WorkerConfig) error {
 			errs <- err
 		}()
 	}
-	var first error
-	for range cfg.Loops {
-		if err := <-errs; err != nil && first == nil { // bounded: every loop sends once
-			first = err
-		}
-	}
+	first := firstError(errs, cfg.Loops)
 	ev.close() // ends cancelOnRelease
 	cancel(nil)
 	wg.Wait()
 	if parent.Err() != nil {
 		return nil
+	}
+	return first
+}
+
+// firstError receives n errors from errs and returns the first that is
+// not nil.
+func firstError(errs <-chan error, n int) error {
+	var first error
+	for range n {
+		if err := <-errs; err != nil && first == nil { // bounded: every loop sends once
+			first = err
+		}
 	}
 	return first
 }
