@@ -14,7 +14,18 @@ import (
 // markdown is BENCHMARKS.md.
 func (r *report) markdown() string {
 	var b strings.Builder
-	p := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
+	r.mdIntro(&b)
+	r.mdMachine(&b)
+	r.mdContenders(&b)
+	r.mdThroughput(&b)
+	r.mdCrash(&b)
+	r.mdTargets(&b)
+	return b.String()
+}
+
+// mdIntro is how the numbers were measured, and how to reproduce them.
+func (r *report) mdIntro(b *strings.Builder) {
+	p := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
 	p("# Benchmarks\n\n")
 	p("Written by the program in [`bench/`](../bench) on %s; `make bench` rewrites this file and\n", r.env.date.Format(time.DateOnly))
 	p("[`benchmarks.png`](benchmarks.png). Do not edit the numbers by hand.\n\n")
@@ -31,7 +42,11 @@ func (r *report) markdown() string {
 	p("## Reproduce\n\n```sh\n%s\n```\n\n", r.cfg.command())
 	p("from the repository root; `make bench` runs the Go benchmarks of the root package and then\n")
 	p("this program with `-out=../docs`.\n\n")
+}
 
+// mdMachine is the machine and the versions measured.
+func (r *report) mdMachine(b *strings.Builder) {
+	p := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
 	p("## Machine and versions\n\n")
 	p("| | |\n|---|---|\n")
 	p("| CPU | %s, %d logical CPUs, GOMAXPROCS %d |\n", r.env.cpu, r.env.cpus, r.env.gomaxprocs)
@@ -45,7 +60,11 @@ func (r *report) markdown() string {
 		}
 	}
 	p("| run took | %s |\n\n", r.env.took.Round(time.Second))
+}
 
+// mdContenders is the libraries and how each is configured.
+func (r *report) mdContenders(b *strings.Builder) {
+	p := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
 	p("## Contenders\n\n")
 	p("Every polling contender retries after the same fixed delay, %v. ", r.cfg.retry)
 	p("Each worker has its own go-redis client (default options) and its own locker, like a separate process, except in\n")
@@ -61,7 +80,11 @@ func (r *report) markdown() string {
 	p("The **setnxlock default backoff** row keeps the library's own backoff (%v doubling to %v), to show\n", setnxlock.DefaultMinBackoff, setnxlock.DefaultMaxBackoff)
 	p("how much of the handover depends on polling: a waiter that is woken when the lock is released does not need a short\n")
 	p("retry delay, and then the two rows should agree.\n\n")
+}
 
+// mdThroughput is the throughput table and what each column means.
+func (r *report) mdThroughput(b *strings.Builder) {
+	p := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
 	p("## Results\n\n![cycles per second per case and library](benchmarks.png)\n\n")
 	p("### Throughput\n\n")
 	b.WriteString(r.throughputTable().markdown())
@@ -94,7 +117,11 @@ func (r *report) markdown() string {
 	p("  sum counts scripts' inner commands twice; the server-CPU target is judged on srv µs/acq, which counts them once.\n")
 	p("- **allocs/cycle**: `runtime.MemStats.Mallocs` over the run divided by cycles: the whole process, every worker's\n")
 	p("  client included, so it also counts allocations spent on failed attempts while waiting.\n\n")
+}
 
+// mdCrash is the crash-recovery table and how recovery is measured.
+func (r *report) mdCrash(b *strings.Builder) {
+	p := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
 	p("### Crash recovery\n\n")
 	p("A holder acquires a fresh key with a %v lease and never releases it; a waiter with its own client calls the\n", r.cfg.crashTTL)
 	p("blocking acquire at once. **recovery** runs from the lease's end to the waiter's acquire returning. The lease's\n")
@@ -102,7 +129,12 @@ func (r *report) markdown() string {
 	p("start plus the TTL for bsm/redislock and redsync, the earliest instant their key's `PX` expiry can pass.\n")
 	p("cmds/acq, trips/acq and allocs/acq count the holder's and the waiter's acquisitions, and all the waiter's polling.\n\n")
 	b.WriteString(r.crashTable().markdown())
+}
 
+// mdTargets is the targets, the command mix, the errors of the run and
+// the closing caveat.
+func (r *report) mdTargets(b *strings.Builder) {
+	p := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
 	p("\n## Targets (issue 15)\n\n")
 	p("Each computed from the table above; RTT is the run's. A target reads \"case: row, measure vs base row's\".\n\n")
 	b.WriteString(r.targetTable().markdown())
@@ -118,5 +150,4 @@ func (r *report) markdown() string {
 	}
 	p("\nA 2-core machine shared with other work makes these numbers noisy, the contended ones most: compare rows of one run,\n")
 	p("not runs of different days.\n")
-	return b.String()
 }

@@ -40,39 +40,47 @@ func (r *report) throughputTable() table {
 				t.rows = append(t.rows, row)
 				continue
 			}
-			row := []string{c.title, lib.name, fmtCount(res.rate()), ratioTo(res, raw), ratioTo(res, mutex)}
-			if lib.redis && floor > 0 {
-				row = append(row, fmtCount(floor), fmtRatio(res.rate()/floor))
-			} else {
-				row = append(row, dash, dash)
-			}
-			row = append(row, fmtDur(percentile(res.waits, 50)), fmtDur(percentile(res.waits, 99)))
-			if len(res.handoffs) > 0 {
-				row = append(row, fmtDur(percentile(res.handoffs, 50)), fmtDur(percentile(res.handoffs, 99)))
-			} else {
-				row = append(row, dash, dash)
-			}
-			if len(res.handoffs) > 0 && lib.redis && rtt > 0 {
-				row = append(row, fmtFloat(handoffRTTs(res, rtt)))
-			} else {
-				row = append(row, dash)
-			}
-			if c.workers > 1 && res.pairs > 0 {
-				row = append(row, fmt.Sprintf("%.0f%%", 100*res.selfShare()))
-			} else {
-				row = append(row, dash)
-			}
-			if lib.redis {
-				row = append(row, fmtFloat(res.commandsPerAcquisition()), fmtFloat(res.roundTripsPerAcquisition()),
-					fmtFloat(res.serverMicrosPerAcquisition()), fmtFloat(res.commandMicrosPerAcquisition()))
-			} else {
-				row = append(row, dash, dash, dash, dash)
-			}
-			row = append(row, fmtFloat(res.allocsPerCycle()))
+			row := throughputRow(c, lib, res, raw, mutex, floor, rtt)
 			t.rows = append(t.rows, row)
 		}
 	}
 	return t
+}
+
+// throughputRow is the row of lib's result res in case c, which has
+// numbers to show: raw's and mutex's results are the bases of its ratios,
+// floor the case's floor and rtt the run's round trip.
+func throughputRow(c caseSpec, lib *library, res, raw, mutex *result, floor float64, rtt time.Duration) []string {
+	row := []string{c.title, lib.name, fmtCount(res.rate()), ratioTo(res, raw), ratioTo(res, mutex)}
+	if lib.redis && floor > 0 {
+		row = append(row, fmtCount(floor), fmtRatio(res.rate()/floor))
+	} else {
+		row = append(row, dash, dash)
+	}
+	row = append(row, fmtDur(percentile(res.waits, 50)), fmtDur(percentile(res.waits, 99)))
+	if len(res.handoffs) > 0 {
+		row = append(row, fmtDur(percentile(res.handoffs, 50)), fmtDur(percentile(res.handoffs, 99)))
+	} else {
+		row = append(row, dash, dash)
+	}
+	if len(res.handoffs) > 0 && lib.redis && rtt > 0 {
+		row = append(row, fmtFloat(handoffRTTs(res, rtt)))
+	} else {
+		row = append(row, dash)
+	}
+	if c.workers > 1 && res.pairs > 0 {
+		row = append(row, fmt.Sprintf("%.0f%%", 100*res.selfShare()))
+	} else {
+		row = append(row, dash)
+	}
+	if lib.redis {
+		row = append(row, fmtFloat(res.commandsPerAcquisition()), fmtFloat(res.roundTripsPerAcquisition()),
+			fmtFloat(res.serverMicrosPerAcquisition()), fmtFloat(res.commandMicrosPerAcquisition()))
+	} else {
+		row = append(row, dash, dash, dash, dash)
+	}
+	row = append(row, fmtFloat(res.allocsPerCycle()))
+	return row
 }
 
 // handoffRTTs is res's median handoff in round trips.
