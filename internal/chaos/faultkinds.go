@@ -32,7 +32,8 @@ const (
 	FaultQueuedHeld  = "queued-held"  // a queued attempt held back past the read timeout on purpose (also among the proxies' held requests)
 	FaultPartition   = "partition"    // a client inside a critical section cut off from Redis, its proxy frozen for a while
 
-	// The faults a client injects into itself and reports (worker.go).
+	// The faults a client injects into itself and reports (loop.go,
+	// waiting.go, protocol.go).
 	FaultCancel        = "cancel"         // an Acquire's context ended at a random moment
 	FaultHandoffCancel = "handoff-cancel" // an Acquire cancelled within 3ms of a release of its key
 	FaultClose         = "close"          // Locker.Close while one of the client's Acquire calls waited
