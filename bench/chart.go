@@ -74,10 +74,34 @@ func panel(rs *results, c caseSpec) (*plot.Plot, error) {
 	}
 	p.X.Tick.Label.Font.Size = vg.Points(9)
 
-	var bars []bar
-	var mutex *result
-	mutexColor := 0
-	tallest := 0.0
+	bars, mutex, mutexColor, tallest := panelBars(rs, c)
+	if mutex != nil {
+		if mutex.rate() <= offScale*tallest {
+			bars = append(bars, bar{label: "sync.Mutex", value: mutex.rate(), text: shortCount(mutex.rate()), color: mutexColor})
+		} else {
+			p.Title.Text += fmt.Sprintf("\n(sync.Mutex: %s cycles/s, off scale)", shortCount(mutex.rate()))
+		}
+	}
+	if len(bars) == 0 {
+		p.Title.Text += "\n(no results)"
+		return p, nil
+	}
+
+	if err := drawBars(p, bars); err != nil {
+		return nil, err
+	}
+	p.Y.Max = tallest * 1.15
+	if mutex != nil && mutex.rate() <= offScale*tallest {
+		p.Y.Max = max(tallest, mutex.rate()) * 1.15
+	}
+	p.Y.Min = min(p.Y.Min, 0)
+	return p, nil
+}
+
+// panelBars is the bars of a case's Redis libraries, in the libraries'
+// order (a crash case's show the recovery p50, in ms), the in-process
+// ceiling's result and color apart, and the tallest bar's value.
+func panelBars(rs *results, c caseSpec) (bars []bar, mutex *result, mutexColor int, tallest float64) {
 	for i, lib := range rs.libs {
 		res := rs.get(c.id, lib.name)
 		if !res.ok() {
@@ -95,18 +119,12 @@ func panel(rs *results, c caseSpec) (*plot.Plot, error) {
 		tallest = max(tallest, b.value)
 		bars = append(bars, b)
 	}
-	if mutex != nil {
-		if mutex.rate() <= offScale*tallest {
-			bars = append(bars, bar{label: "sync.Mutex", value: mutex.rate(), text: shortCount(mutex.rate()), color: mutexColor})
-		} else {
-			p.Title.Text += fmt.Sprintf("\n(sync.Mutex: %s cycles/s, off scale)", shortCount(mutex.rate()))
-		}
-	}
-	if len(bars) == 0 {
-		p.Title.Text += "\n(no results)"
-		return p, nil
-	}
+	return bars, mutex, mutexColor, tallest
+}
 
+// drawBars adds the bars to p, one at each position on the x axis under
+// its label, with its value printed above it.
+func drawBars(p *plot.Plot, bars []bar) error {
 	grid := plotter.NewGrid()
 	grid.Vertical.Width = 0
 	p.Add(grid)
@@ -115,7 +133,7 @@ func panel(rs *results, c caseSpec) (*plot.Plot, error) {
 	for i, b := range bars {
 		chart, err := plotter.NewBarChart(plotter.Values{b.value}, vg.Points(26))
 		if err != nil {
-			return nil, err
+			return err
 		}
 		chart.XMin = float64(i)
 		chart.Color = plotutil.Color(b.color)
@@ -127,7 +145,7 @@ func panel(rs *results, c caseSpec) (*plot.Plot, error) {
 	}
 	values, err := plotter.NewLabels(labels)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	for i := range values.TextStyle {
 		values.TextStyle[i].XAlign = draw.XCenter
@@ -136,12 +154,7 @@ func panel(rs *results, c caseSpec) (*plot.Plot, error) {
 	values.Offset = vg.Point{Y: vg.Points(3)}
 	p.Add(values)
 	p.NominalX(names...)
-	p.Y.Max = tallest * 1.15
-	if mutex != nil && mutex.rate() <= offScale*tallest {
-		p.Y.Max = max(tallest, mutex.rate()) * 1.15
-	}
-	p.Y.Min = min(p.Y.Min, 0)
-	return p, nil
+	return nil
 }
 
 // shortCount prints a rate as 950, 12.3k or 2.1M.

@@ -170,21 +170,7 @@ func run(cfg config, progress io.Writer) (*results, environment, error) {
 				if !c.runs(lib) {
 					continue
 				}
-				var res runResult
-				if c.crash {
-					res, err = h.runCrash(lib, c, round)
-				} else {
-					res, err = h.runThroughput(lib, c, round)
-				}
-				if err != nil {
-					res.errors++
-					res.firstErr = err
-				} else if res.cycles == 0 {
-					res.firstErr = errNoSamples
-				}
-				rs.add(c, lib, res)
-				fmt.Fprintf(progress, "round %d/%d  %-18s %-26s %8d cycles  %s\n",
-					round+1, cfg.rounds, c.id, lib.name, res.cycles, errText(res.firstErr))
+				h.measure(rs, lib, c, round, progress)
 			}
 		}
 		rtt := probe.endRound()
@@ -196,6 +182,28 @@ func run(cfg config, progress io.Writer) (*results, environment, error) {
 	}
 	env.took = time.Since(started)
 	return rs, env, nil
+}
+
+// measure makes one run of lib in case c, adds what it measured to rs,
+// and says so on progress: a run that failed counts an error, one that
+// completed no cycle has errNoSamples as its first error.
+func (h *harness) measure(rs *results, lib *library, c caseSpec, round int, progress io.Writer) {
+	var res runResult
+	var err error
+	if c.crash {
+		res, err = h.runCrash(lib, c, round)
+	} else {
+		res, err = h.runThroughput(lib, c, round)
+	}
+	if err != nil {
+		res.errors++
+		res.firstErr = err
+	} else if res.cycles == 0 {
+		res.firstErr = errNoSamples
+	}
+	rs.add(c, lib, res)
+	fmt.Fprintf(progress, "round %d/%d  %-18s %-26s %8d cycles  %s\n",
+		round+1, h.cfg.rounds, c.id, lib.name, res.cycles, errText(res.firstErr))
 }
 
 // errText is err's message, or nothing.

@@ -9,6 +9,9 @@ import (
 	"github.com/setnxlock/setnxlock/internal/faultproxy"
 )
 
+// A run's parameters: Config, the run `make chaos` makes of each mode, and
+// their validation.
+
 // Config is one run of the harness. DefaultConfig gives a run under the
 // README's assumptions; Break turns one of them off.
 type Config struct {
@@ -111,6 +114,16 @@ func DefaultConfig(mode string) Config {
 		QueuedHoldRate:    0.02,
 		OOMEvery:          2 * time.Second,
 	}
+	c.modeDefaults(mode)
+	// Held-back requests (H10), past the client's read timeout: the client
+	// has given up and gone on, and the request lands after its later ones.
+	c.Network.HoldRate = 0.001
+	c.Network.MinHold, c.Network.MaxHold = c.ReadTimeout+10*time.Millisecond, 3*c.ReadTimeout
+	return c
+}
+
+// modeDefaults changes the defaults where a mode needs its own.
+func (c *Config) modeDefaults(mode string) {
 	switch mode {
 	case ModePartition:
 		// The finding of issue 22 scaled to the harness's lease: go-redis's
@@ -134,72 +147,6 @@ func DefaultConfig(mode string) Config {
 		// releasing them: only process kills crash holders here.
 		c.CrashRate = 0
 	}
-	// Held-back requests (H10), past the client's read timeout: the client
-	// has given up and gone on, and the request lands after its later ones.
-	c.Network.HoldRate = 0.001
-	c.Network.MinHold, c.Network.MaxHold = c.ReadTimeout+10*time.Millisecond, 3*c.ReadTimeout
-	return c
-}
-
-// The assumptions a run can break.
-const (
-	BreakSkew                 = "skew"                   // clocks disagree by far more than the margin
-	BreakRestartNoPersistence = "restart-no-persistence" // restarts lose every key and the fencing counters
-	BreakOwnerCheck           = "owner-check"            // clients built with the owner check off
-)
-
-// BrokenRuns are the runs `make chaos` makes with an assumption broken on
-// purpose, each of which both checkers must catch (Caught): every mode
-// once, the default mode twice (its owner-check run turns off the release
-// script's owner check, so the script hands over a key that is not the
-// releaser's: the handoff's own check).
-var BrokenRuns = []struct{ Mode, Assumption string }{
-	{ModeDefault, BreakOwnerCheck},
-	{ModeDefault, BreakSkew},
-	{ModeNoScripts, BreakOwnerCheck},
-	{ModeClassic, BreakSkew},
-	{ModeFormats, BreakSkew},
-	{ModeAutoRefresh, BreakRestartNoPersistence},
-	{ModeFencing, BreakRestartNoPersistence},
-	{ModeCluster, BreakSkew}, // a restarted node is refused for seconds: longer than any critical section
-	{ModeMixed, BreakOwnerCheck},
-	{ModeElection, BreakRestartNoPersistence}, // terms start over: the fence catches it too
-	{ModePartition, BreakSkew},
-}
-
-// Breaks lists the assumptions Break knows.
-var Breaks = []string{BreakSkew, BreakRestartNoPersistence, BreakOwnerCheck}
-
-// Break changes c so that one assumption no longer holds, in a way that
-// makes its failure likely within a short run.
-func (c *Config) Break(kind string) error {
-	switch kind {
-	case BreakSkew:
-		// Clocks up to two leases apart against a margin a tenth of the skew
-		// the default run tolerates.
-		c.Skew, c.Margin = 2*c.TTL, c.Margin/10
-		c.LongHoldRate = max(c.LongHoldRate, 0.2)
-	case BreakRestartNoPersistence:
-		// Holders keep their locks long enough to be inside a critical
-		// section when the server forgets them, and a 500-acquisition
-		// broken run sees about five restarts: with one (every 250) the
-		// fencing run once lost nobody's section, and only the fence
-		// caught it.
-		c.Persistence = false
-		c.RestartEvery = max(c.RestartEvery/25, 50)
-		c.LongHoldRate = max(c.LongHoldRate, 0.3)
-	case BreakOwnerCheck:
-		// Every client must run the broken build, so all are processes; a
-		// paused holder's late Release then deletes its successor's lock.
-		c.ClientTags = OwnerCheckOffTag
-		c.Procs, c.Goroutines = c.Procs+c.Goroutines, 0
-		c.PauseRate = max(c.PauseRate, 0.1)
-		c.KillRate = 0
-		c.LongHoldRate = max(c.LongHoldRate, 0.3)
-	default:
-		return fmt.Errorf("chaos: unknown assumption %q to break (know %v)", kind, Breaks)
-	}
-	return nil
 }
 
 func (c Config) validate() error {
@@ -221,65 +168,11 @@ func (c Config) validate() error {
 	return nil
 }
 
-// recoveryBound is how soon a crashed holder's lease must be taken over
-// (see Bounds.Recovery): the margin and the skew, by which the waiter's
-// clock may see the lease end late; one backoff step, or the announced
-// poll (50ms) of a waiter that expects the holder to announce its
-// release; an allowance of three read timeouts for a recovery whose round
-// trips the network faults hit (a lost reply stalls its command a read
-// timeout, and go-redis may retry); and 100ms for scheduling on a loaded
-// machine.
-func (c Config) recoveryBound() time.Duration {
-	return c.Margin + c.Skew + max(c.MaxBackoff, 50*time.Millisecond) + 3*c.ReadTimeout + 100*time.Millisecond
-}
-
-// recoveryBoundText is the recovery bound as the report prints it, with
-// what a whole second's lease adds (Bounds.HeldPastOf) where the mode
-// writes one.
-func (c Config) recoveryBoundText() string {
-	var extra time.Duration
-	for slot := range c.Goroutines + c.Procs {
-		extra = max(extra, lockerFor(c.Mode, slot).heldPast(c.TTL))
-	}
-	if extra == 0 {
-		return c.recoveryBound().String()
-	}
-	return fmt.Sprintf("%s (+%s for a whole second's lease)", c.recoveryBound(), extra)
-}
-
-// handoffClaimWindow is the library's claimWindow (scripts.go): how long a
-// release's handoff value lasts when its waiter does not claim it.
-const handoffClaimWindow = 250 * time.Millisecond
-
-// freeWaitBound is how long a first waiter in line may wait on a key nobody
-// holds: the announced poll of a waiter whose wake-up or handoff message
-// was lost (50ms), a backoff step, the margin and the skew (by which its
-// clock may see an abandoned lease end late), two round trips the network
-// faults hit, and 80ms for scheduling on a loaded machine. It is shorter
-// than a lease, so a key held for a whole lease by nobody is caught.
-func (c Config) freeWaitBound() time.Duration {
-	return 50*time.Millisecond + c.MaxBackoff + c.Margin + c.Skew + 2*c.ReadTimeout + schedulingSlack
-}
-
-// schedulingSlack is how late a loaded machine may run a goroutine that is
-// due: a waiter's next attempt (freeWaitBound), or a holder's reaction to
-// the loss of its lock (Bounds.LossSlack: the library signals the loss at
-// the lease's end whatever is in flight, H11, and the holder then needs
-// to be scheduled).
-const schedulingSlack = 80 * time.Millisecond
-
 // partitionLength is how long a partition lasts, for a uniform draw u in
 // [0, 1): past the lease and a renewal's read timeout, so that a renewal
 // sent into it outlives the lease unless the library cuts it short.
 func (c Config) partitionLength(u float64) time.Duration {
 	return c.TTL + c.ReadTimeout + time.Duration(u*float64(c.ReadTimeout))
-}
-
-// finalBound is how soon after the faults stop every key must be acquired,
-// and every queue of waiters empty: the longest lease a dead client may
-// have left, plus a recovery.
-func (c Config) finalBound() time.Duration {
-	return longestLease(c.Mode, c.TTL) + c.recoveryBound()
 }
 
 // fenced reports whether the run's clients hold fencing tokens, which the
@@ -297,49 +190,4 @@ func (c Config) lockKeys() []string {
 		}
 	}
 	return out
-}
-
-// bounds are the checks' parameters for this run.
-func (c Config) bounds() Bounds {
-	return Bounds{Recovery: c.recoveryBound(), FreeWait: c.freeWaitBound(), Takeover: c.Margin + c.Skew, ClaimWindow: handoffClaimWindow,
-		Lease: longestLease(c.Mode, c.TTL), Fenced: c.fenced(),
-		LeaseOf: func(client string) time.Duration {
-			return lockerFor(c.Mode, slotOf(client, c.Goroutines)).leaseOf(c.TTL)
-		},
-		HeldPastOf: func(client string) time.Duration {
-			return lockerFor(c.Mode, slotOf(client, c.Goroutines)).heldPast(c.TTL)
-		},
-		LossSlack: schedulingSlack,
-		UntilLost: func(client string) string {
-			return lockerFor(c.Mode, slotOf(client, c.Goroutines)).lossGroup()
-		}}
-}
-
-// Caught names the checkers that found a violation in a run with an
-// assumption broken, and those that should have and did not: the lease
-// checker and Porcupine always; the fenced resource too when fencing
-// tokens start over after a restart without persistence.
-func Caught(res *Result) (caught, missed []string) {
-	expect := []struct {
-		name  string
-		found bool
-		due   bool
-	}{
-		{"lease", res.Report.Count(LeaseOverlap) > 0, true},
-		{"porcupine", res.Report.Count(NotLinearizable) > 0, true},
-		{"fence", res.Report.Count(FenceInterleave)+res.Report.Count(TokenOrder) > 0,
-			res.Config.fenced() && !res.Config.Persistence},
-	}
-	for _, e := range expect {
-		switch {
-		case e.found:
-			caught = append(caught, e.name)
-		case e.due:
-			missed = append(missed, e.name)
-		}
-	}
-	if res.Report.Count(CheckersDisagree) > 0 {
-		missed = append(missed, "agreement")
-	}
-	return caught, missed
 }

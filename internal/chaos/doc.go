@@ -9,21 +9,31 @@
 //   - history.go: what is recorded (acquisitions, resource operations,
 //     crashes, server downtime).
 //   - checker.go: Check, a pure function from a history to violations and
-//     recovery times; freewait.go, its free waits; loss.go, its check that
-//     a holder relying on its Lock is told of a loss by the lease's end.
+//     recovery times (violations.go, their kinds; bounds.go, its
+//     parameters and a run's bounds); safety.go, the overlap, token-order
+//     and fence checks; recovery.go, crashed holders' recovery;
+//     freewait.go, its free waits, and heldby.go, what the server held
+//     during one; loss.go, its check that a holder relying on its Lock is
+//     told of a loss by the lease's end.
 //   - linearize.go: the second checker, Porcupine over the same history.
 //   - resource.go: the protected resource, which rejects stale fencing
-//     tokens, and the recorder behind it; clients reach it over a unix
-//     socket (protocol.go).
-//   - worker.go: one lock client's loop, shared by goroutine clients and
-//     the chaosclient program.
+//     tokens; recorder.go, the recorder behind it; clients reach it over
+//     a unix socket (protocol.go).
+//   - worker.go: one lock client, shared by goroutine clients and the
+//     chaosclient program; loop.go, one of its acquisition loops, and
+//     holding.go, what a loop holds; trace.go, what a client learns of its
+//     own calls; losswatch.go, how a holder learns of a loss; waiting.go,
+//     its Acquire calls in progress.
 //   - clock.go: the skewed clock each client gets.
 //   - redis.go, procs.go: redis-server and client processes.
 //   - harness.go: Run, which puts it all together under a seeded schedule
-//     of faults; serverfaults.go, the faults injected from outside the
-//     clients; partition.go, one client at a time cut off from Redis.
-//   - modes.go, config.go: the modes (the library's configurations under
-//     test) and the run's parameters; the network faults themselves,
+//     of faults; clients.go, the run's clients; faultkinds.go, the kinds of
+//     fault; faultplan.go, those injected at the resource; restarts.go,
+//     server restarts; serverfaults.go, the faults injected from outside
+//     the clients; partition.go, one client at a time cut off from Redis.
+//   - modes.go, config.go, breaks.go: the modes (the library's
+//     configurations under test), the run's parameters and the
+//     assumptions a run can break; the network faults themselves,
 //     held-back requests among them, are internal/faultproxy's.
 //
 // docs/RELIABILITY.md states the assumptions, what is injected and the

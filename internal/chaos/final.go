@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/setnxlock/setnxlock"
 )
 
@@ -73,6 +74,13 @@ func finalChecks(cfg Config, servers *backend) Final {
 	}
 	wg.Wait()
 
+	f.drain(cfg, client)
+	return f
+}
+
+// drain waits, after the keys were released, until every key's queue of
+// waiters is empty, up to f.Bound, and notes how long that took.
+func (f *Final) drain(cfg Config, client redis.UniversalClient) {
 	released := time.Now()
 	for {
 		var full []string
@@ -95,7 +103,6 @@ func finalChecks(cfg Config, servers *backend) Final {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	return f
 }
 
 // waitersKey names a key's queue of waiters as the library does

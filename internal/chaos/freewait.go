@@ -4,9 +4,6 @@ import (
 	"container/heap"
 	"fmt"
 	"slices"
-	"sort"
-	"strconv"
-	"strings"
 	"time"
 )
 
@@ -37,28 +34,7 @@ type waitEnd struct {
 // wait over the bound is checked against what the server held (heldBy).
 func (r *Report) freeWaits(key string, acqs []Acquisition, calls []Call, down []Interval, states []KeyState, stops []FaultAt,
 	frozen map[string][]Interval, b Bounds) {
-	var waiting []caller // every call, from its start to its end
-	var ends []waitEnd
-	var doubts []Interval // in-doubt calls: from the start to the latest end of a lease they may have left
-	doubt := func(client string, from, to time.Time) {
-		doubts = append(doubts, Interval{From: from, To: to.Add(b.lease(client) + b.Takeover)})
-	}
-	for i, a := range acqs {
-		waiting = append(waiting, caller{Interval{From: called(a), To: a.Granted}, a.ID()})
-		ends = append(ends, waitEnd{at: a.Granted, id: a.ID(), grant: i})
-		if a.InDoubt {
-			doubt(a.Client, called(a), a.Granted)
-		}
-	}
-	for _, c := range calls {
-		waiting = append(waiting, caller{Interval{From: c.Start, To: c.End}, AcqID{Client: c.Client, Seq: c.Seq}})
-		if c.InDoubt || c.Killed {
-			doubt(c.Client, c.Start, c.End)
-		}
-		if !c.Killed {
-			ends = append(ends, waitEnd{at: c.End, id: AcqID{Client: c.Client, Seq: c.Seq}, grant: -1})
-		}
-	}
+	waiting, ends, doubts := waitsOf(acqs, calls, b)
 	stopped := stoppedWhileWaiting(waiting, stops)
 	slices.SortFunc(waiting, func(a, b caller) int { return a.From.Compare(b.From) })
 	slices.SortFunc(doubts, func(a, b Interval) int { return a.From.Compare(b.From) })
@@ -103,30 +79,67 @@ func (r *Report) freeWaits(key string, acqs []Acquisition, calls []Call, down []
 			r.InDoubtWaits++
 			continue
 		}
-		detail := ""
-		if b.FreeWait > 0 && wait > b.FreeWait {
-			var held, unclaimed bool
-			if held, unclaimed, detail = heldBy(states, acqs, from, e.at, b, stopped); held {
-				if unclaimed {
-					r.UnclaimedHandoffWaits++ // a handoff nobody claimed held the key for its claim window
-				} else {
-					r.LateHolderWaits++ // a holder stopped before it could report its grant held the key
-				}
-				continue
+		r.freeWait(key, e, from, wait, acqs, states, b, stopped)
+	}
+}
+
+// waitsOf lists, for freeWaits, every call of the key from its start to
+// its end (acquisitions first, in acqs' order, then calls), the instants a
+// free wait may end (grants, and calls that gave up, unless killed), and
+// for each write in doubt the span from its call's start to the latest end
+// of a lease it may have left.
+func waitsOf(acqs []Acquisition, calls []Call, b Bounds) (waiting []caller, ends []waitEnd, doubts []Interval) {
+	doubt := func(client string, from, to time.Time) {
+		doubts = append(doubts, Interval{From: from, To: to.Add(b.lease(client) + b.Takeover)})
+	}
+	for i, a := range acqs {
+		waiting = append(waiting, caller{Interval{From: called(a), To: a.Granted}, a.ID()})
+		ends = append(ends, waitEnd{at: a.Granted, id: a.ID(), grant: i})
+		if a.InDoubt {
+			doubt(a.Client, called(a), a.Granted)
+		}
+	}
+	for _, c := range calls {
+		waiting = append(waiting, caller{Interval{From: c.Start, To: c.End}, AcqID{Client: c.Client, Seq: c.Seq}})
+		if c.InDoubt || c.Killed {
+			doubt(c.Client, c.Start, c.End)
+		}
+		if !c.Killed {
+			ends = append(ends, waitEnd{at: c.End, id: AcqID{Client: c.Client, Seq: c.Seq}, grant: -1})
+		}
+	}
+	return waiting, ends, doubts
+}
+
+// freeWait counts one free wait of the key, wait long from from, that the
+// end e ended and no write in doubt explains: a wait over b.FreeWait that
+// what the server held explains (heldBy) is counted as such; any other is
+// among FreeWaits, and over the bound a violation.
+func (r *Report) freeWait(key string, e waitEnd, from time.Time, wait time.Duration, acqs []Acquisition, states []KeyState, b Bounds,
+	stopped func(time.Time) bool) {
+	detail := ""
+	if b.FreeWait > 0 && wait > b.FreeWait {
+		var held, unclaimed bool
+		if held, unclaimed, detail = heldBy(states, acqs, from, e.at, b, stopped); held {
+			if unclaimed {
+				r.UnclaimedHandoffWaits++ // a handoff nobody claimed held the key for its claim window
+			} else {
+				r.LateHolderWaits++ // a holder stopped before it could report its grant held the key
 			}
+			return
 		}
-		if wait > r.longestFreeWait {
-			r.longestFreeWait, r.LongestFreeWait = wait, e.id
+	}
+	if wait > r.longestFreeWait {
+		r.longestFreeWait, r.LongestFreeWait = wait, e.id
+	}
+	r.FreeWaits = append(r.FreeWaits, wait)
+	if b.FreeWait > 0 && wait > b.FreeWait {
+		what := "acquired"
+		if e.grant < 0 {
+			what = "gave up"
 		}
-		r.FreeWaits = append(r.FreeWaits, wait)
-		if b.FreeWait > 0 && wait > b.FreeWait {
-			what := "acquired"
-			if e.grant < 0 {
-				what = "gave up"
-			}
-			r.Violations = append(r.Violations, Violation{Kind: SlowFreeWait, Key: key, Second: e.id,
-				Detail: fmt.Sprintf("%s after waiting %s on a key nobody held, bound %s%s", what, wait, b.FreeWait, detail)})
-		}
+		r.Violations = append(r.Violations, Violation{Kind: SlowFreeWait, Key: key, Second: e.id,
+			Detail: fmt.Sprintf("%s after waiting %s on a key nobody held, bound %s%s", what, wait, b.FreeWait, detail)})
 	}
 }
 
@@ -163,15 +176,6 @@ func called(a Acquisition) time.Time {
 	return a.Called
 }
 
-// signalLag is how long a process may run on after the harness recorded
-// that it stops or kills it: the harness records first, then signals, and
-// the process is stopped only once the kernel delivers the signal. In
-// that moment a loop can begin an Acquire and have its first write
-// applied (seen in autorefresh: a call stamped 56µs and 100µs after the
-// recorded stop, whose SETNX won and held the key for its lease while
-// the process was stopped).
-const signalLag = 5 * time.Millisecond
-
 // caller is one Acquire call waiting from From to To.
 type caller struct {
 	Interval
@@ -191,152 +195,4 @@ func (h *startHeap) Pop() any {
 	x := old[len(old)-1]
 	*h = old[:len(old)-1]
 	return x
-}
-
-// stoppedWhileWaiting returns a function that reports whether the
-// process of a caller of the key, waiting at an instant, was stopped or
-// killed around it: it may have won the key just before, and never
-// claimed the win, or late. Around is from 25ms before (a sample's
-// period, and a write the loaded server applies late) to a sample after.
-// A caller waits at the stop if its call began no later than signalLag
-// after the harness recorded the stop.
-func stoppedWhileWaiting(waiting []caller, stops []FaultAt) func(at time.Time) bool {
-	return func(at time.Time) bool {
-		for _, f := range stops {
-			if f.At.Before(at.Add(-25*time.Millisecond)) || f.At.After(at.Add(sampleEvery)) {
-				continue
-			}
-			for _, c := range waiting {
-				if processOf(c.id.Client) == processOf(f.Client) && !c.From.After(f.At.Add(signalLag)) && !c.To.Before(f.At) {
-					return true
-				}
-			}
-		}
-		return false
-	}
-}
-
-// heldBy looks at what the server held for the key from from to to
-// (states, sampled). It reports held when a value there, written by an
-// attempt of its own, is the lease of an acquisition (its Expiry, or a
-// renewal carrying the token of a value with that expiry) or of a caller
-// stopped or killed right after it was written (stopped at that instant):
-// a holder that reported its win late or could not use it. A value that
-// replaced another's live lease was handed over by a release: held if its
-// waiter claimed it within bound, and, with unclaimed, while it stated no
-// more than the claim window (Bounds.ClaimWindow): a handoff nobody
-// claimed costs that by design. Otherwise detail says what the
-// key held. Without samples (a Cluster) a caller stopped or killed at any
-// instant from a lease before from to to counts as holding.
-func heldBy(states []KeyState, acqs []Acquisition, from, to time.Time, b Bounds, stopped func(time.Time) bool) (held, unclaimed bool, detail string) {
-	if len(states) == 0 {
-		for at := from.Add(-b.Lease); !at.After(to); at = at.Add(sampleEvery) {
-			if stopped(at) {
-				return true, false, ""
-			}
-		}
-		return false, false, ""
-	}
-	leases := map[int64]Acquisition{}
-	for _, a := range acqs {
-		leases[a.Expiry] = a
-	}
-	queued := map[string]string{}     // entry token -> entry
-	owner := map[string]Acquisition{} // token -> the holder that reported a lease with it: its renewals carry it too
-	for _, s := range states {
-		for _, e := range s.Queue {
-			// "<Locker id>:<token>"; histories from before handoffs were
-			// provisional hold "<score>:<expiry>:<Locker id>:<token>".
-			if parts := strings.Split(e, ":"); len(parts) == 2 || len(parts) == 4 {
-				queued[parts[len(parts)-1]] = e
-			}
-		}
-		if expiry, err := parseExpiryMillis(s.Value); err == nil {
-			if a, ok := leases[expiry]; ok {
-				if _, token, found := strings.Cut(s.Value, ":"); found {
-					owner[token] = a
-				}
-			}
-		}
-	}
-	first := max(sort.Search(len(states), func(i int) bool { return states[i].At.After(from) })-1, 0)
-	var seen []string
-	var legit time.Duration // how much of the wait values that explain it covered
-	explains := false       // whether the value of the previous sample explains the wait
-	for i := first; i < len(states) && !states[i].At.After(to); i++ {
-		s := states[i]
-		until := to
-		if i+1 < len(states) && states[i+1].At.Before(to) {
-			until = states[i+1].At
-		}
-		covered := until.Sub(later(s.At, from))
-		expiry, err := parseExpiryMillis(s.Value)
-		if s.Value == "" || err != nil || covered <= 0 {
-			continue
-		}
-		_, token, _ := strings.Cut(s.Value, ":")
-		holder, reported := leases[expiry]
-		if a, ok := owner[token]; ok && token != "" && !reported && s.At.Before(a.freedBy(b.Takeover)) {
-			holder, reported = a, true // a renewal, while its holder held the key
-		}
-		handed := false
-		if i > 0 {
-			prev, err := parseExpiryMillis(states[i-1].Value)
-			handed = err == nil && states[i-1].Value != s.Value && time.UnixMilli(prev).Add(b.Takeover).After(s.At) && queued[token] != ""
-		}
-		// A handoff's value states the claim window from the release, by
-		// the releaser's clock (handon.lua, whose entries have two parts);
-		// one that states more is a lease handed out.
-		provisional := handed && strings.Count(queued[token], ":") == 1 && b.ClaimWindow > 0 &&
-			!time.UnixMilli(expiry).After(s.At.Add(b.ClaimWindow+b.Takeover))
-		claimed := ""
-		if reported {
-			claimed = fmt.Sprintf(", claimed by %s/%d %s later", holder.Client, holder.Seq, holder.Granted.Sub(s.At).Round(time.Millisecond))
-		}
-		repeat := i > first && s.Value == states[i-1].Value
-		if !repeat {
-			explains = false
-		}
-		switch {
-		case repeat:
-			if explains {
-				legit += covered // a later sample of a value judged below
-			}
-		case provisional && !reported:
-			legit, explains, unclaimed = legit+covered, true, true // it costs its claim window, by design
-		case handed && !stopped(s.At) && (!reported || holder.Granted.Sub(s.At) > b.FreeWait):
-			// (A handed key claimed by a waiter whose process was stopped
-			// right after is held by a win it cannot use: the case below.)
-			seen = append(seen, fmt.Sprintf("%s, handed by a release to the queue entry %s%s", s.Value, queued[token], claimed))
-		case reported || stopped(s.At):
-			legit, explains = legit+covered, true
-		case queued[token] != "":
-			seen = append(seen, fmt.Sprintf("%s, written for the queue entry %s, which nobody claimed", s.Value, queued[token]))
-		default:
-			seen = append(seen, s.Value+", which no holder reported")
-		}
-	}
-	if to.Sub(from)-legit <= b.FreeWait {
-		return true, unclaimed, ""
-	}
-	if len(seen) == 0 {
-		return false, false, "; the key was empty"
-	}
-	return false, false, "; the key held " + strings.Join(seen, ", then ")
-}
-
-// parseExpiryMillis reads the expiry of a lock value in Unix milliseconds:
-// its leading number, seconds when small.
-func parseExpiryMillis(value string) (int64, error) {
-	number, _, _ := strings.Cut(value, ":")
-	whole, fraction, _ := strings.Cut(number, ".")
-	n, err := strconv.ParseInt(whole, 10, 64)
-	if err != nil {
-		return 0, err
-	}
-	if n < 1e11 { // seconds (the library's rule)
-		ms, _ := strconv.ParseInt((fraction + "000")[:3], 10, 64)
-		return n*1000 + ms, nil
-	}
-	return n, nil
 }

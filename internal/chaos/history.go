@@ -155,3 +155,29 @@ type Interval struct{ From, To time.Time }
 func (i Interval) overlaps(j Interval) bool {
 	return i.From.Before(j.To) && j.From.Before(i.To)
 }
+
+// downtime is how much of [from, to] the server spent down.
+func downtime(down []Interval, from, to time.Time) time.Duration {
+	var total time.Duration
+	for _, d := range down {
+		start, end := later(d.From, from), earlier(d.To, to)
+		if start.Before(end) {
+			total += end.Sub(start)
+		}
+	}
+	return total
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+func earlier(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
+}

@@ -2,12 +2,15 @@ package chaos
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -174,4 +177,21 @@ func (ev *eventConn) cancelOnRelease(waits *waiting, rate float64, rng *rand.Ran
 			}
 		}
 	}
+}
+
+// HungUp reports whether err is the harness closing the resource
+// connection, which is how a run ends for a client.
+func HungUp(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) || errors.Is(err, net.ErrClosed)
+}
+
+// oneLine makes an error fit on one protocol line.
+func oneLine(err error) string {
+	s := []byte(err.Error())
+	for i, c := range s {
+		if c == '\n' || c == '\r' {
+			s[i] = ' '
+		}
+	}
+	return string(s)
 }

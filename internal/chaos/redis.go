@@ -70,34 +70,10 @@ func startBackend(dir string, cfg Config) (*backend, error) {
 		args = append(args, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "5000")
 	}
 	for i := range count {
-		nodeDir := filepath.Join(dir, "redis"+strconv.Itoa(i))
-		if err := os.Mkdir(nodeDir, 0o700); err != nil {
+		if err := b.startNode(dir, i, bin, args, cfg); err != nil {
 			b.close()
 			return nil, err
 		}
-		nodeArgs := args
-		if !b.cluster {
-			acl := filepath.Join(nodeDir, "users.acl")
-			if err := os.WriteFile(acl, []byte(aclUsers), 0o600); err != nil {
-				b.close()
-				return nil, err
-			}
-			nodeArgs = append(nodeArgs, "--aclfile", acl)
-		}
-		node, err := redisproc.Start(redisproc.Config{Bin: bin, Dir: nodeDir, ClusterBus: b.cluster, Args: nodeArgs})
-		if err != nil {
-			b.close()
-			return nil, err
-		}
-		b.nodes = append(b.nodes, node)
-		network := cfg.Network
-		network.Seed = cfg.Seed + uint64(i)
-		proxy, err := faultproxy.New(node.Addr(), network)
-		if err != nil {
-			b.close()
-			return nil, err
-		}
-		b.proxies = append(b.proxies, proxy)
 	}
 	if b.cluster {
 		if err := b.formCluster(); err != nil {
@@ -118,6 +94,37 @@ func startBackend(dir string, cfg Config) (*backend, error) {
 		}
 	}
 	return b, nil
+}
+
+// startNode starts the i-th redis-server of the backend, in a directory of
+// its own below dir (with the ACL file, on a single server), and the fault
+// proxy in front of it. On an error the caller closes the backend.
+func (b *backend) startNode(dir string, i int, bin string, args []string, cfg Config) error {
+	nodeDir := filepath.Join(dir, "redis"+strconv.Itoa(i))
+	if err := os.Mkdir(nodeDir, 0o700); err != nil {
+		return err
+	}
+	nodeArgs := args
+	if !b.cluster {
+		acl := filepath.Join(nodeDir, "users.acl")
+		if err := os.WriteFile(acl, []byte(aclUsers), 0o600); err != nil {
+			return err
+		}
+		nodeArgs = append(nodeArgs, "--aclfile", acl)
+	}
+	node, err := redisproc.Start(redisproc.Config{Bin: bin, Dir: nodeDir, ClusterBus: b.cluster, Args: nodeArgs})
+	if err != nil {
+		return err
+	}
+	b.nodes = append(b.nodes, node)
+	network := cfg.Network
+	network.Seed = cfg.Seed + uint64(i)
+	proxy, err := faultproxy.New(node.Addr(), network)
+	if err != nil {
+		return err
+	}
+	b.proxies = append(b.proxies, proxy)
+	return nil
 }
 
 // formCluster splits the slots between the nodes in equal ranges, gives

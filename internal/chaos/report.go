@@ -1,6 +1,7 @@
 package chaos
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"strings"
@@ -37,15 +38,7 @@ func (r *Result) Details() string {
 	}
 	line("seed=%d goroutines=%d procs=%d loops=%d keys=%d ttl=%s skew=%s margin=%s persistence=%t client-tags=%q",
 		c.Seed, c.Goroutines, c.Procs, c.Loops, c.Keys, c.TTL, c.Skew, c.Margin, c.Persistence, c.ClientTags)
-	kinds := sortedKeys(r.Faults.Kinds)
-	parts := make([]string, 0, len(kinds)+3)
-	for _, k := range kinds {
-		parts = append(parts, fmt.Sprintf("%s=%d", k, r.Faults.Kinds[k]))
-	}
-	n := r.Faults.Network
-	parts = append(parts, fmt.Sprintf("delayed=%d", n.Delayed), fmt.Sprintf("lost-replies=%d", n.Lost), fmt.Sprintf("cuts=%d", n.Cut),
-		fmt.Sprintf("held=%d (delivered after a later request of their client: %d)", n.Held, n.Overtaken))
-	line("%s elapsed; faults: %s", r.Elapsed.Round(time.Millisecond), strings.Join(parts, " "))
+	line("%s elapsed; faults: %s", r.Elapsed.Round(time.Millisecond), strings.Join(r.Faults.parts(), " "))
 	line("sections=%d h8-overran=%d writes=%d stale-writes-refused=%d releases=%v acquire-errors=%d",
 		r.Report.Sections, r.Report.Overran, len(r.History.Ops), r.Stale, r.Releases, len(r.Fails))
 	for i, f := range r.Fails {
@@ -96,6 +89,32 @@ func (r *Result) Details() string {
 	return b.String()
 }
 
+// parts describes the faults, one "kind=count" a kind, the harness's kinds
+// in order and then the network's.
+func (f Faults) parts() []string {
+	kinds := sortedKeys(f.Kinds)
+	parts := make([]string, 0, len(kinds)+3)
+	for _, k := range kinds {
+		parts = append(parts, fmt.Sprintf("%s=%d", k, f.Kinds[k]))
+	}
+	n := f.Network
+	parts = append(parts, fmt.Sprintf("delayed=%d", n.Delayed), fmt.Sprintf("lost-replies=%d", n.Lost), fmt.Sprintf("cuts=%d", n.Cut),
+		fmt.Sprintf("held=%d (delivered after a later request of their client: %d)", n.Held, n.Overtaken))
+	return parts
+}
+
 func countAtLeast(ds []time.Duration, d time.Duration) int {
 	return len(slices.DeleteFunc(slices.Clone(ds), func(x time.Duration) bool { return x < d }))
+}
+
+// Percentile returns the p-th percentile (0 < p ≤ 100) of ds by the
+// nearest-rank method, or 0 when ds is empty.
+func Percentile(ds []time.Duration, p float64) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	sorted := slices.Clone(ds)
+	slices.SortFunc(sorted, cmp.Compare)
+	rank := int(p/100*float64(len(sorted)) + 0.999999)
+	return sorted[min(max(rank, 1), len(sorted))-1]
 }

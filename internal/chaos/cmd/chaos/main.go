@@ -32,26 +32,47 @@ import (
 	"github.com/setnxlock/setnxlock/internal/chaos"
 )
 
-func main() {
+// options are the command's flags.
+type options struct {
+	mode               string
+	seed               uint64
+	acquisitions       int
+	duration           time.Duration
+	breakFlag          string
+	broken             bool
+	brokenAcquisitions int
+	quiet              bool
+	dump               string
+	recheck            string
+}
+
+// parseFlags reads the command line.
+func parseFlags() options {
 	def := chaos.DefaultConfig(chaos.ModeDefault)
-	mode := flag.String("mode", "all", "the mode to run, or all: "+strings.Join(chaos.Modes, ", "))
-	seed := flag.Uint64("seed", def.Seed, "seed of every random decision of the run")
-	acquisitions := flag.Int("acquisitions", def.Acquisitions, "stop each mode after this many acquisitions (0: no limit)")
-	duration := flag.Duration("duration", def.Duration, "stop each mode after this long at most")
-	breakFlag := flag.String("break", "", "break one assumption in every mode run: "+strings.Join(chaos.Breaks, "|"))
-	broken := flag.Bool("broken", false, "after the modes, run each with an assumption broken (chaos.BrokenRuns) and check that each is caught")
-	brokenAcquisitions := flag.Int("broken-acquisitions", 500, "acquisitions of each broken run")
-	quiet := flag.Bool("q", false, "no progress lines")
-	dump := flag.String("history", "", "write each mode's history and report as JSON into this directory (always for a mode with violations, into "+os.TempDir()+" when unset)")
-	recheck := flag.String("recheck", "", "check a history saved by -history again, with both checkers, and print the report")
+	var o options
+	flag.StringVar(&o.mode, "mode", "all", "the mode to run, or all: "+strings.Join(chaos.Modes, ", "))
+	flag.Uint64Var(&o.seed, "seed", def.Seed, "seed of every random decision of the run")
+	flag.IntVar(&o.acquisitions, "acquisitions", def.Acquisitions, "stop each mode after this many acquisitions (0: no limit)")
+	flag.DurationVar(&o.duration, "duration", def.Duration, "stop each mode after this long at most")
+	flag.StringVar(&o.breakFlag, "break", "", "break one assumption in every mode run: "+strings.Join(chaos.Breaks, "|"))
+	flag.BoolVar(&o.broken, "broken", false, "after the modes, run each with an assumption broken (chaos.BrokenRuns) and check that each is caught")
+	flag.IntVar(&o.brokenAcquisitions, "broken-acquisitions", 500, "acquisitions of each broken run")
+	flag.BoolVar(&o.quiet, "q", false, "no progress lines")
+	flag.StringVar(&o.dump, "history", "", "write each mode's history and report as JSON into this directory (always for a mode with violations, into "+os.TempDir()+" when unset)")
+	flag.StringVar(&o.recheck, "recheck", "", "check a history saved by -history again, with both checkers, and print the report")
 	flag.Parse()
-	if *recheck != "" {
-		exitIf(recheckFile(*recheck))
+	return o
+}
+
+func main() {
+	o := parseFlags()
+	if o.recheck != "" {
+		exitIf(recheckFile(o.recheck))
 		return
 	}
 	modes := chaos.Modes
-	if *mode != "all" {
-		modes = []string{*mode}
+	if o.mode != "all" {
+		modes = []string{o.mode}
 	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
@@ -70,59 +91,14 @@ func main() {
 	}
 
 	start := time.Now()
-	failed := false
-	var failures []string // repeated at the end, where a log cut to its tail still shows them
-	for _, m := range modes {
-		cfg := chaos.DefaultConfig(m)
-		cfg.Seed, cfg.Acquisitions, cfg.Duration = *seed, *acquisitions, *duration
-		if *breakFlag != "" {
-			exitIf(cfg.Break(*breakFlag))
-		}
-		if !*quiet {
-			cfg.Log = os.Stderr
-		}
-		cfg.ClientBinary = binary(cfg.ClientTags)
-		res, err := chaos.Run(ctx, cfg)
-		exitIf(err)
-		violations := len(res.Report.Violations)
-		if *dump != "" || (violations > 0) != (*breakFlag != "") {
-			save(*dump, res)
-		}
-		fmt.Print(res.Details())
-		fmt.Println(res.Summary())
-		switch {
-		case *breakFlag == "" && violations > 0:
-			failed = true
-			for _, v := range res.Report.Violations {
-				failures = append(failures, fmt.Sprintf("mode %s: %s", m, v))
-			}
-		case *breakFlag != "" && violations == 0:
-			failures = append(failures, fmt.Sprintf("mode %s: assumption %q broken but no violation found", m, *breakFlag))
-			failed = true
-		}
-	}
-	if *broken {
-		for _, run := range chaos.BrokenRuns {
-			if m, b := run.Mode, run.Assumption; *mode == "all" || *mode == m {
-				cfg := chaos.DefaultConfig(m)
-				cfg.Seed, cfg.Acquisitions, cfg.Duration = *seed, *brokenAcquisitions, *duration
-				exitIf(cfg.Break(b))
-				cfg.ClientBinary = binary(cfg.ClientTags)
-				res, err := chaos.Run(ctx, cfg)
-				exitIf(err)
-				caught, missing := chaos.Caught(res)
-				fmt.Printf("chaos: broken mode=%s assumption=%s acquisitions=%d caught-by=%s missed-by=%s violations=%d\n",
-					m, b, res.Report.Acquisitions, join(caught), join(missing), len(res.Report.Violations))
-				if len(missing) > 0 {
-					save(*dump, res)
-					failures = append(failures, fmt.Sprintf("broken mode %s assumption %s: missed by %s", m, b, join(missing)))
-					failed = true
-				}
-			}
-		}
+	// failures are repeated at the end, where a log cut to its tail still
+	// shows them; there are some exactly when a run failed.
+	failures := o.runModes(ctx, modes, binary)
+	if o.broken {
+		failures = append(failures, o.runBroken(ctx, binary)...)
 	}
 	fmt.Printf("chaos: %d mode(s) in %s\n", len(modes), time.Since(start).Round(time.Second))
-	if failed {
+	if len(failures) > 0 {
 		for i, f := range failures {
 			if i == 20 {
 				fmt.Printf("chaos: FAILED: ... and %d more\n", len(failures)-i)
@@ -132,6 +108,63 @@ func main() {
 		}
 		os.Exit(1)
 	}
+}
+
+// runModes runs each mode, with an assumption broken when -break says so,
+// and returns what failed: a violation under the assumptions, or none with
+// one broken.
+func (o options) runModes(ctx context.Context, modes []string, binary func(tags string) string) (failures []string) {
+	for _, m := range modes {
+		cfg := chaos.DefaultConfig(m)
+		cfg.Seed, cfg.Acquisitions, cfg.Duration = o.seed, o.acquisitions, o.duration
+		if o.breakFlag != "" {
+			exitIf(cfg.Break(o.breakFlag))
+		}
+		if !o.quiet {
+			cfg.Log = os.Stderr
+		}
+		cfg.ClientBinary = binary(cfg.ClientTags)
+		res, err := chaos.Run(ctx, cfg)
+		exitIf(err)
+		violations := len(res.Report.Violations)
+		if o.dump != "" || (violations > 0) != (o.breakFlag != "") {
+			save(o.dump, res)
+		}
+		fmt.Print(res.Details())
+		fmt.Println(res.Summary())
+		switch {
+		case o.breakFlag == "" && violations > 0:
+			for _, v := range res.Report.Violations {
+				failures = append(failures, fmt.Sprintf("mode %s: %s", m, v))
+			}
+		case o.breakFlag != "" && violations == 0:
+			failures = append(failures, fmt.Sprintf("mode %s: assumption %q broken but no violation found", m, o.breakFlag))
+		}
+	}
+	return failures
+}
+
+// runBroken makes the runs of chaos.BrokenRuns (of the mode asked for) and
+// returns those that a checker that should have caught missed.
+func (o options) runBroken(ctx context.Context, binary func(tags string) string) (failures []string) {
+	for _, run := range chaos.BrokenRuns {
+		if m, b := run.Mode, run.Assumption; o.mode == "all" || o.mode == m {
+			cfg := chaos.DefaultConfig(m)
+			cfg.Seed, cfg.Acquisitions, cfg.Duration = o.seed, o.brokenAcquisitions, o.duration
+			exitIf(cfg.Break(b))
+			cfg.ClientBinary = binary(cfg.ClientTags)
+			res, err := chaos.Run(ctx, cfg)
+			exitIf(err)
+			caught, missing := chaos.Caught(res)
+			fmt.Printf("chaos: broken mode=%s assumption=%s acquisitions=%d caught-by=%s missed-by=%s violations=%d\n",
+				m, b, res.Report.Acquisitions, join(caught), join(missing), len(res.Report.Violations))
+			if len(missing) > 0 {
+				save(o.dump, res)
+				failures = append(failures, fmt.Sprintf("broken mode %s assumption %s: missed by %s", m, b, join(missing)))
+			}
+		}
+	}
+	return failures
 }
 
 func join(s []string) string {

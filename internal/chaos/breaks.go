@@ -1,0 +1,98 @@
+package chaos
+
+import (
+	"fmt"
+)
+
+// The assumptions a run can break on purpose, the broken runs `make chaos`
+// makes, and which checkers caught each.
+
+// The assumptions a run can break.
+const (
+	BreakSkew                 = "skew"                   // clocks disagree by far more than the margin
+	BreakRestartNoPersistence = "restart-no-persistence" // restarts lose every key and the fencing counters
+	BreakOwnerCheck           = "owner-check"            // clients built with the owner check off
+)
+
+// BrokenRuns are the runs `make chaos` makes with an assumption broken on
+// purpose, each of which both checkers must catch (Caught): every mode
+// once, the default mode twice (its owner-check run turns off the release
+// script's owner check, so the script hands over a key that is not the
+// releaser's: the handoff's own check).
+var BrokenRuns = []struct{ Mode, Assumption string }{
+	{ModeDefault, BreakOwnerCheck},
+	{ModeDefault, BreakSkew},
+	{ModeNoScripts, BreakOwnerCheck},
+	{ModeClassic, BreakSkew},
+	{ModeFormats, BreakSkew},
+	{ModeAutoRefresh, BreakRestartNoPersistence},
+	{ModeFencing, BreakRestartNoPersistence},
+	{ModeCluster, BreakSkew}, // a restarted node is refused for seconds: longer than any critical section
+	{ModeMixed, BreakOwnerCheck},
+	{ModeElection, BreakRestartNoPersistence}, // terms start over: the fence catches it too
+	{ModePartition, BreakSkew},
+}
+
+// Breaks lists the assumptions Break knows.
+var Breaks = []string{BreakSkew, BreakRestartNoPersistence, BreakOwnerCheck}
+
+// Break changes c so that one assumption no longer holds, in a way that
+// makes its failure likely within a short run.
+func (c *Config) Break(kind string) error {
+	switch kind {
+	case BreakSkew:
+		// Clocks up to two leases apart against a margin a tenth of the skew
+		// the default run tolerates.
+		c.Skew, c.Margin = 2*c.TTL, c.Margin/10
+		c.LongHoldRate = max(c.LongHoldRate, 0.2)
+	case BreakRestartNoPersistence:
+		// Holders keep their locks long enough to be inside a critical
+		// section when the server forgets them, and a 500-acquisition
+		// broken run sees about five restarts: with one (every 250) the
+		// fencing run once lost nobody's section, and only the fence
+		// caught it.
+		c.Persistence = false
+		c.RestartEvery = max(c.RestartEvery/25, 50)
+		c.LongHoldRate = max(c.LongHoldRate, 0.3)
+	case BreakOwnerCheck:
+		// Every client must run the broken build, so all are processes; a
+		// paused holder's late Release then deletes its successor's lock.
+		c.ClientTags = OwnerCheckOffTag
+		c.Procs, c.Goroutines = c.Procs+c.Goroutines, 0
+		c.PauseRate = max(c.PauseRate, 0.1)
+		c.KillRate = 0
+		c.LongHoldRate = max(c.LongHoldRate, 0.3)
+	default:
+		return fmt.Errorf("chaos: unknown assumption %q to break (know %v)", kind, Breaks)
+	}
+	return nil
+}
+
+// Caught names the checkers that found a violation in a run with an
+// assumption broken, and those that should have and did not: the lease
+// checker and Porcupine always; the fenced resource too when fencing
+// tokens start over after a restart without persistence.
+func Caught(res *Result) (caught, missed []string) {
+	expect := []struct {
+		name  string
+		found bool
+		due   bool
+	}{
+		{"lease", res.Report.Count(LeaseOverlap) > 0, true},
+		{"porcupine", res.Report.Count(NotLinearizable) > 0, true},
+		{"fence", res.Report.Count(FenceInterleave)+res.Report.Count(TokenOrder) > 0,
+			res.Config.fenced() && !res.Config.Persistence},
+	}
+	for _, e := range expect {
+		switch {
+		case e.found:
+			caught = append(caught, e.name)
+		case e.due:
+			missed = append(missed, e.name)
+		}
+	}
+	if res.Report.Count(CheckersDisagree) > 0 {
+		missed = append(missed, "agreement")
+	}
+	return caught, missed
+}
