@@ -92,7 +92,14 @@ func (l *Locker) attempt(ctx context.Context, key string, entry *queueEntry) (lo
 	if refused, err := l.judge(key, claimed, now); err != nil {
 		return nil, refused, false, err
 	}
-	// Step 3: the holder's lease has expired: try to take it over.
+	// Step 3: the holder's lease has expired: try to take it over. An
+	// attempt that could not queue (the queue refused, or not a sorted
+	// set) takes it over as one that does not queue: a token of its own,
+	// and no removal from a queue it has no place in, which would abort or
+	// fail the takeover's transaction (review R1, R4).
+	if claimed.unqueued {
+		entry = nil
+	}
 	lock, startOver, err = l.takeOver(ctx, key, claimed.current, entry)
 	return lock, refusal{}, startOver, err
 }

@@ -43,6 +43,9 @@ func (q commandQueue) handOnOwned(ctx context.Context, key string, owned func(st
 			return false, err
 		}
 		ours = true
+		if err == nil && step.malformed != "" {
+			continue // dropped a first entry that is not one: the key is still ours, for the next
+		}
 		if err != nil || !step.written || !step.unheard() || !step.handed {
 			return true, nil // handed and heard, freed, or moved on since
 		}
@@ -58,7 +61,7 @@ func (q commandQueue) handOnOwned(ctx context.Context, key string, owned func(st
 // queue, what it decided and what it wrote.
 type handStep struct {
 	head        *headOf // the first waiter, if any
-	malformed   string  // a first entry that is not one: it is dropped
+	malformed   string  // a first entry that is not one: dropped alone, the key left as it is
 	handed      bool    // the key was handed to head; else freed, and head woken
 	provisional string  // the value written for head, when handed
 	heard       *redis.IntCmd
@@ -69,10 +72,16 @@ type handStep struct {
 // Locker nobody listens for.
 func (s *handStep) unheard() bool { return s.written && s.heard != nil && s.heard.Val() == 0 }
 
-// queue queues the step's writes: the handoff (write, then announce), or
-// the delete, the wake-up of the key's waiters and of the first in line.
+// queue queues the step's writes: the drop of a first entry that is not
+// one (as handon.lua skips it, the key is then handed to the next in
+// line), the handoff (write, then announce), or the delete, the wake-up of
+// the key's waiters and of the first in line.
 func (s *handStep) queue(ctx context.Context, pipe redis.Pipeliner, key string) {
 	waiters := waitersKey(key)
+	if s.malformed != "" {
+		pipe.ZRem(ctx, waiters, s.malformed)
+		return
+	}
 	if s.handed {
 		pipe.ZRem(ctx, waiters, s.head.member)
 		pipe.Set(ctx, key, s.provisional, 0)
@@ -82,9 +91,6 @@ func (s *handStep) queue(ctx context.Context, pipe redis.Pipeliner, key string) 
 	}
 	pipe.Del(ctx, key)
 	pipe.Publish(ctx, WakeChannel(key), key)
-	if s.malformed != "" {
-		pipe.ZRem(ctx, waiters, s.malformed) // as handon.lua drops it
-	}
 	if s.head != nil { // wake it to race for the key; it keeps its place
 		s.heard = pipe.Publish(ctx, handoffChannel(s.head.locker), formatPayload(s.head.token, key))
 	}

@@ -2,6 +2,7 @@ package setnxlock
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -42,7 +43,11 @@ import (
 //     handed on from the provisional value written for it, while the key
 //     holds exactly that value: the waiter may be alive (its subscription
 //     between two connections) and have claimed the key at its next poll,
-//     with a value that never equals the one it found.
+//     or claimed and then refreshed it. No lease can equal a provisional
+//     value, whatever the clocks say: a provisional value states its end
+//     in milliseconds with a decimal point (provisionalMark), which no
+//     lease of ours ever does (formatValue writes whole milliseconds), and
+//     every reader reads it as the same instant (parseExpiry).
 //   - Every way out of the queue removes the entry: a win by SETNX or by a
 //     claim and a takeover in the same atomic step, a win through the
 //     lost-reply memory right after (dequeue), a wait that gives up or
@@ -92,9 +97,22 @@ func parsePayload(payload string) (token, key string, ok bool) {
 	return strings.Cut(payload, queueSeparator)
 }
 
+// provisionalMark follows a provisional value's end in Unix ms, before
+// the value's separator: "<ms>.0:<token>". A fraction of a millisecond is
+// read as none (parseExpiry, lua's tonumber), so every reader reads the
+// instant a whole number would state; and since no lease is written with
+// one, a provisional value never equals a lease (hand on only the exact
+// provisional value; review R2: a holder's Refresh to the claim window,
+// by a clock that agrees with the releaser's, wrote exactly the value of
+// the handoff it had claimed, and the releaser handed that lease on).
+const provisionalMark = ".0"
+
 // provisionalPrefix is a provisional value written at now without its
-// token: the end claimWindow later in Unix ms and the value's separator.
-func provisionalPrefix(now time.Time) string { return formatValue(now.Add(claimWindow), "") }
+// token: the end claimWindow later in Unix ms, provisionalMark and the
+// value's separator.
+func provisionalPrefix(now time.Time) string {
+	return strconv.FormatInt(now.Add(claimWindow).UnixMilli(), 10) + provisionalMark + string(tokenSeparator)
+}
 
 // provisionalValue is the value a release at now writes for the wait of
 // token: ours (formatValue), stating an end claimWindow later.

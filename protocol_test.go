@@ -2,6 +2,7 @@ package setnxlock
 
 import (
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
@@ -54,4 +55,27 @@ func TestTheQueuesEncodingsRoundTrip(t *testing.T) {
 	end, err := parseExpiry(value)
 	require.NoError(t, err)
 	assert.True(t, now.Add(claimWindow).Equal(end), "ends claimWindow after the release: %v", end)
+}
+
+// No lease equals a provisional value (protocol.go: hand on only the exact
+// provisional value): whatever the instant, a provisional value states its
+// end claimWindow on with provisionalMark, which every reader reads as that
+// instant, and no lease of ours, a restamped claim included, carries it.
+func TestNoLeaseEqualsAProvisionalValue(t *testing.T) {
+	start := clockStart()
+	entry := &queueEntry{token: newToken()}
+	for step := range 4000 {
+		now := start.Add(time.Duration(step) * 250 * time.Microsecond)
+		provisional := provisionalValue(now, entry.token)
+		handed, err := parseExpiry(provisional)
+		require.NoError(t, err)
+		assert.Equal(t, now.Add(claimWindow).UnixMilli(), handed.UnixMilli(), "a provisional value at %s", now)
+		assert.True(t, entry.carries(provisional), "a provisional value carries the wait's token")
+		lease := TokenFormat.newStamp(now, claimWindow, entry.token)
+		assert.NotEqual(t, provisional, lease.value, "a lease for the same instant, at %s", now)
+		assert.NotContains(t, lease.value, provisionalMark+string(tokenSeparator), "a lease at %s", now)
+		claim, err := entry.restamp(provisional, lease)
+		require.NoError(t, err)
+		assert.NotContains(t, claim.value, provisionalMark+string(tokenSeparator), "a claim restamped past a provisional value at %s", now)
+	}
 }

@@ -7,7 +7,8 @@
 -- ARGV[2]  the prefix of a Locker's handoff channel, before its id
 -- ARGV[3]  a provisional value before the waiter's token: the end it
 --          states (the releaser's clock plus the claim window, in Unix
---          ms) and the value's separator
+--          ms, with the provisional mark ".0" no lease carries) and the
+--          value's separator
 -- ARGV[4]  the claim window in ms: a provisional value's server expiry
 local queue = {separator = ARGV[1], channelPrefix = ARGV[2], provisionalPrefix = ARGV[3], window = ARGV[4]}
 
