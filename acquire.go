@@ -23,7 +23,7 @@ const maxStartOvers = 3
 // ErrNotAcquired at once if another client holds a live lease. A lease whose
 // expiry has passed by the Locker's clock is taken over (see deadlock.go).
 func (l *Locker) TryAcquire(ctx context.Context, key string) (*Lock, error) {
-	lock, _, err := l.tryAcquire(ctx, key, nil)
+	lock, _, err := l.tryAcquire(ctx, key, "")
 	return lock, err
 }
 
@@ -36,10 +36,11 @@ type refusal struct {
 }
 
 // tryAcquire is one attempt of the SETNX page's algorithm. When the lock is
-// held it also returns what it learned about the holder's lease. A queued
-// attempt (entry not nil, see protocol.go) writes entry's token, and claims a
-// key that carries it; when refused, entry keeps its place in the queue.
-func (l *Locker) tryAcquire(ctx context.Context, key string, entry *queueEntry) (*Lock, refusal, error) {
+// held it also returns what it learned about the holder's lease. An attempt
+// of a queued wait (queuedWait, its entry's token; see protocol.go) writes
+// that token, and claims a key that carries it; when refused, the wait
+// keeps its place in the queue.
+func (l *Locker) tryAcquire(ctx context.Context, key, queuedWait string) (*Lock, refusal, error) {
 	if key == "" {
 		return nil, refusal{}, fmt.Errorf("%w: empty key", ErrInvalidArgument)
 	}
@@ -47,7 +48,7 @@ func (l *Locker) tryAcquire(ctx context.Context, key string, entry *queueEntry) 
 		return nil, refusal{}, fmt.Errorf("setnxlock: acquire %q: %w", key, err)
 	}
 	for range maxStartOvers {
-		lock, refused, startOver, err := l.attempt(ctx, key, entry)
+		lock, refused, startOver, err := l.attempt(ctx, key, queuedWait)
 		if !startOver {
 			return lock, refused, err
 		}
@@ -58,13 +59,13 @@ func (l *Locker) tryAcquire(ctx context.Context, key string, entry *queueEntry) 
 // attempt is one pass of the page's three steps. startOver reports that
 // the key changed under it (released between SETNX and GET, or taken over
 // by someone else first): the caller looks again.
-func (l *Locker) attempt(ctx context.Context, key string, entry *queueEntry) (lock *Lock, refused refusal, startOver bool, err error) {
-	ours := l.attemptStamp(l.cfg.clock.Now(), entry)
+func (l *Locker) attempt(ctx context.Context, key, queuedWait string) (lock *Lock, refused refusal, startOver bool, err error) {
+	ours := l.attemptStamp(l.cfg.clock.Now(), queuedWait)
 
 	// Step 1: SETNX key <expiry>; step 2, when the key exists: GET it to
 	// read whose lease it is. A queued attempt also claims a key handed to
 	// it, or queues.
-	claimed, err := l.claimKey(ctx, key, ours, entry)
+	claimed, err := l.claimKey(ctx, key, ours)
 	if claimed.wrote != nil {
 		ours = *claimed.wrote
 	}
@@ -74,11 +75,11 @@ func (l *Locker) attempt(ctx context.Context, key string, entry *queueEntry) (lo
 		// first copy was applied and the GET failed. Remember the value so
 		// the next attempt recognises it as ours instead of waiting out our
 		// own lease.
-		l.remember(key, ours, entry)
+		l.remember(key, ours)
 		return nil, refusal{}, false, err
 	}
 	if claimed.created {
-		lock, err := l.grantWin(ctx, key, ours, claimed.fencingToken, entry, !claimed.dequeued)
+		lock, err := l.grantWin(ctx, key, ours, claimed.fencingToken, !claimed.dequeued)
 		return lock, refusal{}, false, err
 	}
 	if !claimed.found {
@@ -86,31 +87,31 @@ func (l *Locker) attempt(ctx context.Context, key string, entry *queueEntry) (lo
 	}
 	now := l.cfg.clock.Now()
 	if write, ok := l.recognise(key, claimed.current, ours, now); ok {
-		lock, startOver, err := l.ownLostWrite(ctx, key, write, entry)
+		lock, startOver, err := l.ownLostWrite(ctx, key, write)
 		return lock, refusal{}, startOver, err
 	}
 	if refused, err := l.judge(key, claimed, now); err != nil {
 		return nil, refused, false, err
 	}
 	// Step 3: the holder's lease has expired: try to take it over.
-	lock, startOver, err = l.takeOver(ctx, key, claimed.current, entry)
+	lock, startOver, err = l.takeOver(ctx, key, claimed.current, queuedWait)
 	return lock, refusal{}, startOver, err
 }
 
-// grantWin hands out a lock its attempt's own write just won, and takes a
-// queued attempt's entry off the queue when that write did not (the
-// command path after scripts were refused, or a refused ZREM).
-func (l *Locker) grantWin(ctx context.Context, key string, ours stamp, fencingToken int64, entry *queueEntry, stillQueued bool) (*Lock, error) {
-	if entry != nil && stillQueued {
-		l.dequeue(ctx, entry)
+// grantWin hands out a lock its attempt's own write just won, and takes
+// the queued wait it was won for off the queue when that write did not
+// (the command path after scripts were refused, or a refused ZREM).
+func (l *Locker) grantWin(ctx context.Context, key string, ours stamp, fencingToken int64, stillQueued bool) (*Lock, error) {
+	if ours.queuedWait != "" && stillQueued {
+		l.dequeue(ctx, l.client, key, ours.queuedWait)
 	}
-	return l.grantReplicated(ctx, key, ours, fencingToken, EventAcquired, entry)
+	return l.grantReplicated(ctx, key, ours, fencingToken, EventAcquired)
 }
 
 // ownLostWrite takes a value of ours whose reply was lost (H5). With
 // fencing its token went with the reply: the lease is given up and the
 // attempt starts over for a new one.
-func (l *Locker) ownLostWrite(ctx context.Context, key string, write stamp, entry *queueEntry) (lock *Lock, startOver bool, err error) {
+func (l *Locker) ownLostWrite(ctx context.Context, key string, write stamp) (lock *Lock, startOver bool, err error) {
 	if l.cfg.fencing {
 		if _, err := l.compareAndWrite(ctx, key,
 			func(current string) bool { return current == write.value },
@@ -120,9 +121,9 @@ func (l *Locker) ownLostWrite(ctx context.Context, key string, write stamp, entr
 		return nil, true, nil
 	}
 	l.setSafetyNet(ctx, key, write) // H6: the write whose reply was lost may not have got its net
-	// Won outside the queue's own steps: the entry must not be handed the
-	// key later (one owner per value).
-	lock, err = l.grantWin(ctx, key, write, 0, entry, true)
+	// Won outside the queue's own steps: the wait's entry must not be
+	// handed the key later (one owner per value).
+	lock, err = l.grantWin(ctx, key, write, 0, true)
 	return lock, false, err
 }
 
@@ -150,8 +151,8 @@ func (l *Locker) judge(key string, claimed claimOutcome, now time.Time) (refusal
 // recognise reports whether current, found at key after our SETNX answered
 // 0, is a value only we can have written (H5): either go-redis resent this
 // attempt's SETNX after losing the reply of a first copy that was applied,
-// or it is a remembered write. Only token values are recognised; see
-// remember.
+// or it is a remembered write, which the attempt claims for its queued
+// wait, if any. Only token values are recognised; see remember.
 func (l *Locker) recognise(key, current string, attempt stamp, now time.Time) (stamp, bool) {
 	if !l.cfg.format.tokens() {
 		return stamp{}, false
@@ -159,7 +160,11 @@ func (l *Locker) recognise(key, current string, attempt stamp, now time.Time) (s
 	if current == attempt.value {
 		return attempt, true
 	}
-	return l.pending.take(key, current, now)
+	if write, ok := l.pending.take(key, current, now); ok {
+		write.queuedWait = attempt.queuedWait
+		return write, true
+	}
+	return stamp{}, false
 }
 
 // Acquire takes the lock on key, waiting while another client holds it.
@@ -181,7 +186,7 @@ func (l *Locker) Acquire(ctx context.Context, key string) (lock *Lock, err error
 	}()
 	var notReplicated error // the last win the replicas did not acknowledge (WithReplicas): why Acquire never got the lock
 	for {
-		lock, refused, err := l.tryAcquire(ctx, key, w.nextEntry(ctx))
+		lock, refused, err := l.tryAcquire(ctx, key, w.nextQueued(ctx))
 		if err == nil {
 			w.won()
 			return lock, nil

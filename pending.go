@@ -74,11 +74,11 @@ func unexpired(writes []stamp, now time.Time) []stamp {
 // value, so claiming it could hand one lease to two clients. Without a
 // token the Locker waits a lost write out instead, as classic clients do.
 // A write carrying a queued wait's token belongs to that wait alone
-// (protocol.go): it never enters the Locker's memory, where another attempt
-// could claim it too. A queued attempt refused the queue writes with a
-// token of its own (X2), which is remembered like any other.
-func (l *Locker) remember(key string, write stamp, entry *queueEntry) {
-	if !entry.carries(write.value) && l.cfg.format.tokens() {
+// (carriesWait, protocol.go): it never enters the Locker's memory, where
+// another attempt could claim it too. A queued attempt refused the queue
+// writes with a token of its own (X2), which is remembered like any other.
+func (l *Locker) remember(key string, write stamp) {
+	if !write.carriesWait() && l.cfg.format.tokens() {
 		l.pending.remember(key, write, l.cfg.clock.Now())
 	}
 }

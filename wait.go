@@ -54,12 +54,12 @@ func (l *Locker) newWaiting(key string) *waiting {
 	return w
 }
 
-// nextEntry returns the queue entry the next attempt carries, or nil for
-// an attempt outside the queue. A joining wait queues once its
-// subscription is live. A wait leaves the queue, and waits for wake-ups
-// instead, when the subscription ends (Locker.Close, a closed client) or
-// the server refuses the queue.
-func (w *waiting) nextEntry(ctx context.Context) *queueEntry {
+// nextQueued returns the token of the wait's queue entry, which the next
+// attempt writes and claims, or "" for an attempt outside the queue. A
+// joining wait queues once its subscription is live. A wait leaves the
+// queue, and waits for wake-ups instead, when the subscription ends
+// (Locker.Close, a closed client) or the server refuses the queue.
+func (w *waiting) nextQueued(ctx context.Context) string {
 	switch {
 	case w.mode == queued && (!w.sub.live() || !w.l.queues()):
 		w.stopQueueing(ctx)
@@ -70,7 +70,10 @@ func (w *waiting) nextEntry(ctx context.Context) *queueEntry {
 	case w.mode == joining && (subscriptionFailed(w.sub) || !w.l.queues()):
 		w.stopQueueing(ctx)
 	}
-	return w.entry
+	if w.mode != queued {
+		return ""
+	}
+	return w.entry.token
 }
 
 func subscriptionFailed(s *subscription) bool {
