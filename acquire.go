@@ -27,9 +27,9 @@ func (l *Locker) TryAcquire(ctx context.Context, key string) (*Lock, error) {
 	return lock, err
 }
 
-// refusal is what a refused attempt learned about the lease that refused
-// it, so that Acquire sleeps no longer than necessary.
-type refusal struct {
+// heldLease is what an attempt that found the key held learned about the
+// live lease holding it, so that Acquire sleeps no longer than necessary.
+type heldLease struct {
 	takeableAt time.Time // when the lease can be taken over; zero if unknown
 	announced  bool      // its holder is a Locker, which announces its release (wakeup.go)
 	unqueued   bool      // a queued attempt could not queue on the key (protocol.go)
@@ -38,28 +38,28 @@ type refusal struct {
 // tryAcquire is one attempt of the SETNX page's algorithm. When the lock is
 // held it also returns what it learned about the holder's lease. An attempt
 // of a queued wait (queuedWait, its entry's token; see protocol.go) writes
-// that token, and claims a key that carries it; when refused, the wait
-// keeps its place in the queue.
-func (l *Locker) tryAcquire(ctx context.Context, key, queuedWait string) (*Lock, refusal, error) {
+// that token, and claims a key that carries it; while the key is held, the
+// wait keeps its place in the queue.
+func (l *Locker) tryAcquire(ctx context.Context, key, queuedWait string) (*Lock, heldLease, error) {
 	if key == "" {
-		return nil, refusal{}, fmt.Errorf("%w: empty key", ErrInvalidArgument)
+		return nil, heldLease{}, fmt.Errorf("%w: empty key", ErrInvalidArgument)
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, refusal{}, fmt.Errorf("setnxlock: acquire %q: %w", key, err)
+		return nil, heldLease{}, fmt.Errorf("setnxlock: acquire %q: %w", key, err)
 	}
 	for range maxStartOvers {
-		lock, refused, startOver, err := l.attempt(ctx, key, queuedWait)
+		lock, held, startOver, err := l.attempt(ctx, key, queuedWait)
 		if !startOver {
-			return lock, refused, err
+			return lock, held, err
 		}
 	}
-	return nil, refusal{}, fmt.Errorf("%w: %q changed under us %d times in one attempt", ErrNotAcquired, key, maxStartOvers)
+	return nil, heldLease{}, fmt.Errorf("%w: %q changed under us %d times in one attempt", ErrNotAcquired, key, maxStartOvers)
 }
 
 // attempt is one pass of the page's three steps. startOver reports that
 // the key changed under it (released between SETNX and GET, or taken over
 // by someone else first): the caller looks again.
-func (l *Locker) attempt(ctx context.Context, key, queuedWait string) (lock *Lock, refused refusal, startOver bool, err error) {
+func (l *Locker) attempt(ctx context.Context, key, queuedWait string) (lock *Lock, held heldLease, startOver bool, err error) {
 	ours := l.attemptStamp(l.cfg.clock.Now(), queuedWait)
 
 	// Step 1: SETNX key <expiry>; step 2, when the key exists: GET it to
@@ -76,26 +76,26 @@ func (l *Locker) attempt(ctx context.Context, key, queuedWait string) (lock *Loc
 		// the next attempt recognises it as ours instead of waiting out our
 		// own lease.
 		l.remember(key, ours)
-		return nil, refusal{}, false, err
+		return nil, heldLease{}, false, err
 	}
 	if claimed.created {
 		lock, err := l.grantWin(ctx, key, ours, claimed.fencingToken, !claimed.dequeued)
-		return lock, refusal{}, false, err
+		return lock, heldLease{}, false, err
 	}
 	if !claimed.found {
-		return nil, refusal{}, true, nil // released between SETNX and GET
+		return nil, heldLease{}, true, nil // released between SETNX and GET
 	}
 	now := l.cfg.clock.Now()
 	if write, ok := l.recognise(key, claimed.current, ours, now); ok {
 		lock, startOver, err := l.ownLostWrite(ctx, key, write)
-		return lock, refusal{}, startOver, err
+		return lock, heldLease{}, startOver, err
 	}
-	if refused, err := l.judge(key, claimed, now); err != nil {
-		return nil, refused, false, err
+	if held, err := l.judge(key, claimed, now); err != nil {
+		return nil, held, false, err
 	}
 	// Step 3: the holder's lease has expired: try to take it over.
 	lock, startOver, err = l.takeOver(ctx, key, claimed.current, queuedWait)
-	return lock, refusal{}, startOver, err
+	return lock, heldLease{}, startOver, err
 }
 
 // grantWin hands out a lock its attempt's own write just won, and takes
@@ -131,21 +131,21 @@ func (l *Locker) ownLostWrite(ctx context.Context, key string, write stamp) (loc
 // matching ErrNotAcquired, with what it learned of the holder's lease,
 // while the lease is live; nil when it is over and may be taken over; and
 // ErrNotLockValue for a value that is not a lock (H7), left untouched.
-func (l *Locker) judge(key string, claimed claimOutcome, now time.Time) (refusal, error) {
+func (l *Locker) judge(key string, claimed claimOutcome, now time.Time) (heldLease, error) {
 	holderExpiry, err := heldUntil(claimed.current)
 	if err != nil {
-		return refusal{}, fmt.Errorf("setnxlock: key %q: %w", key, err)
+		return heldLease{}, fmt.Errorf("setnxlock: key %q: %w", key, err)
 	}
 	// H4: a foreign lease is over only a skew margin, and our clock's
 	// uncertainty, after the end it states, so a clock that runs ahead by
 	// less cannot end it early.
 	takeable := l.takeableAt(holderExpiry)
 	if expired(takeable, now) {
-		return refusal{}, nil
+		return heldLease{}, nil
 	}
 	l.observe(Event{Kind: EventContended, Key: key, ExpiresAt: takeable})
-	refused := refusal{takeableAt: takeable, announced: tokenOf(claimed.current) != "", unqueued: claimed.unqueued}
-	return refused, fmt.Errorf("%w: %q is held until %s", ErrNotAcquired, key, holderExpiry.UTC().Format(time.RFC3339Nano))
+	held := heldLease{takeableAt: takeable, announced: tokenOf(claimed.current) != "", unqueued: claimed.unqueued}
+	return held, fmt.Errorf("%w: %q is held until %s", ErrNotAcquired, key, holderExpiry.UTC().Format(time.RFC3339Nano))
 }
 
 // recognise reports whether current, found at key after our SETNX answered
@@ -178,7 +178,7 @@ func (l *Locker) recognise(key, current string, attempt stamp, now time.Time) (s
 // ErrNotAcquired and ctx.Err().
 func (l *Locker) Acquire(ctx context.Context, key string) (lock *Lock, err error) {
 	w := l.newWaiting(key)
-	defer w.end(ctx)
+	defer w.close(ctx)
 	defer func() {
 		if err != nil {
 			l.abandonLostWrites(ctx, key)
@@ -186,9 +186,9 @@ func (l *Locker) Acquire(ctx context.Context, key string) (lock *Lock, err error
 	}()
 	var notReplicated error // the last win the replicas did not acknowledge (WithReplicas): why Acquire never got the lock
 	for {
-		lock, refused, err := l.tryAcquire(ctx, key, w.nextQueued(ctx))
+		lock, held, err := l.tryAcquire(ctx, key, w.nextQueued(ctx))
 		if err == nil {
-			w.won()
+			w.tookKey()
 			return lock, nil
 		}
 		if errors.Is(err, ErrNotReplicated) {
@@ -203,10 +203,10 @@ func (l *Locker) Acquire(ctx context.Context, key string) (lock *Lock, err error
 		if !retryable(err) {
 			return nil, err
 		}
-		if errors.Is(err, ErrNotAcquired) && w.refused(ctx, refused) {
+		if errors.Is(err, ErrNotAcquired) && w.keyHeld(ctx, held) {
 			continue // attempt once more now that no release can go unheard
 		}
-		if err := w.sleep(ctx, refused); err != nil {
+		if err := w.sleep(ctx, held); err != nil {
 			return nil, contextEnded(key, err, notReplicated)
 		}
 	}

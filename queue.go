@@ -50,12 +50,12 @@ func (l *Locker) dequeue(ctx context.Context, c redis.Cmdable, key, queuedWait s
 	_ = c.ZRem(ctx, waitersKey(key), l.queueEntryOf(key, queuedWait).member).Err()
 }
 
-// leaveQueue takes entry off its key's queue and, if the key carries the
-// entry's token, hands the key on (or deletes it), on the Locker's path.
-// The caller's context may have ended, so it runs on its own short
-// deadline. A leave that fails is remembered, so that a handoff to the
-// entry is declined (handoff.go).
-func (l *Locker) leaveQueue(ctx context.Context, entry *queueEntry) {
+// leaveOnce is one try of the protocol's leave on the Locker's path: it
+// takes entry off its key's queue and, if the key carries the entry's
+// token, hands the key on (or deletes it). The caller's context may have
+// ended, so it runs on its own short deadline. A leave that fails is
+// remembered, so that a handoff to the entry is declined (handoff.go).
+func (l *Locker) leaveOnce(ctx context.Context, entry *queueEntry) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), leaveTimeout)
 	defer cancel()
 	err := l.onPath(func(p path) error { return p.queue().leave(ctx, entry) })
