@@ -23,48 +23,49 @@ const maxStartOvers = 3
 // ErrNotAcquired at once if another client holds a live lease. A lease whose
 // expiry has passed by the Locker's clock is taken over (see deadlock.go).
 func (l *Locker) TryAcquire(ctx context.Context, key string) (*Lock, error) {
-	lock, _, err := l.tryAcquire(ctx, key, nil)
+	lock, _, err := l.tryAcquire(ctx, key, "")
 	return lock, err
 }
 
-// refusal is what a refused attempt learned about the lease that refused
-// it, so that Acquire sleeps no longer than necessary.
-type refusal struct {
+// heldLease is what an attempt that found the key held learned about the
+// live lease holding it, so that Acquire sleeps no longer than necessary.
+type heldLease struct {
 	takeableAt time.Time // when the lease can be taken over; zero if unknown
 	announced  bool      // its holder is a Locker, which announces its release (wakeup.go)
 	unqueued   bool      // a queued attempt could not queue on the key (protocol.go)
 }
 
 // tryAcquire is one attempt of the SETNX page's algorithm. When the lock is
-// held it also returns what it learned about the holder's lease. A queued
-// attempt (entry not nil, see protocol.go) writes entry's token, and claims a
-// key that carries it; when refused, entry keeps its place in the queue.
-func (l *Locker) tryAcquire(ctx context.Context, key string, entry *queueEntry) (*Lock, refusal, error) {
+// held it also returns what it learned about the holder's lease. An attempt
+// of a queued wait (queuedWait, its entry's token; see protocol.go) writes
+// that token, and claims a key that carries it; while the key is held, the
+// wait keeps its place in the queue.
+func (l *Locker) tryAcquire(ctx context.Context, key, queuedWait string) (*Lock, heldLease, error) {
 	if key == "" {
-		return nil, refusal{}, fmt.Errorf("%w: empty key", ErrInvalidArgument)
+		return nil, heldLease{}, fmt.Errorf("%w: empty key", ErrInvalidArgument)
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, refusal{}, fmt.Errorf("setnxlock: acquire %q: %w", key, err)
+		return nil, heldLease{}, fmt.Errorf("setnxlock: acquire %q: %w", key, err)
 	}
 	for range maxStartOvers {
-		lock, refused, startOver, err := l.attempt(ctx, key, entry)
+		lock, held, startOver, err := l.attempt(ctx, key, queuedWait)
 		if !startOver {
-			return lock, refused, err
+			return lock, held, err
 		}
 	}
-	return nil, refusal{}, fmt.Errorf("%w: %q changed under us %d times in one attempt", ErrNotAcquired, key, maxStartOvers)
+	return nil, heldLease{}, fmt.Errorf("%w: %q changed under us %d times in one attempt", ErrNotAcquired, key, maxStartOvers)
 }
 
 // attempt is one pass of the page's three steps. startOver reports that
 // the key changed under it (released between SETNX and GET, or taken over
 // by someone else first): the caller looks again.
-func (l *Locker) attempt(ctx context.Context, key string, entry *queueEntry) (lock *Lock, refused refusal, startOver bool, err error) {
-	ours := l.attemptStamp(l.cfg.clock.Now(), entry)
+func (l *Locker) attempt(ctx context.Context, key, queuedWait string) (lock *Lock, held heldLease, startOver bool, err error) {
+	ours := l.attemptStamp(l.cfg.clock.Now(), queuedWait)
 
 	// Step 1: SETNX key <expiry>; step 2, when the key exists: GET it to
 	// read whose lease it is. A queued attempt also claims a key handed to
 	// it, or queues.
-	claimed, err := l.claimKey(ctx, key, ours, entry)
+	claimed, err := l.claimKey(ctx, key, ours)
 	if claimed.wrote != nil {
 		ours = *claimed.wrote
 	}
@@ -74,23 +75,23 @@ func (l *Locker) attempt(ctx context.Context, key string, entry *queueEntry) (lo
 		// first copy was applied and the GET failed. Remember the value so
 		// the next attempt recognises it as ours instead of waiting out our
 		// own lease.
-		l.remember(key, ours, entry)
-		return nil, refusal{}, false, err
+		l.remember(key, ours)
+		return nil, heldLease{}, false, err
 	}
 	if claimed.created {
-		lock, err := l.grantWin(ctx, key, ours, claimed.fencingToken, entry, !claimed.dequeued)
-		return lock, refusal{}, false, err
+		lock, err := l.grantWin(ctx, key, ours, claimed.fencingToken, !claimed.dequeued)
+		return lock, heldLease{}, false, err
 	}
 	if !claimed.found {
-		return nil, refusal{}, true, nil // released between SETNX and GET
+		return nil, heldLease{}, true, nil // released between SETNX and GET
 	}
 	now := l.cfg.clock.Now()
 	if write, ok := l.recognise(key, claimed.current, ours, now); ok {
-		lock, startOver, err := l.ownLostWrite(ctx, key, write, entry)
-		return lock, refusal{}, startOver, err
+		lock, startOver, err := l.ownLostWrite(ctx, key, write)
+		return lock, heldLease{}, startOver, err
 	}
-	if refused, err := l.judge(key, claimed, now); err != nil {
-		return nil, refused, false, err
+	if held, err := l.judge(key, claimed, now); err != nil {
+		return nil, held, false, err
 	}
 	// Step 3: the holder's lease has expired: try to take it over. An
 	// attempt that could not queue (the queue refused, or not a sorted
@@ -98,26 +99,26 @@ func (l *Locker) attempt(ctx context.Context, key string, entry *queueEntry) (lo
 	// and no removal from a queue it has no place in, which would abort or
 	// fail the takeover's transaction (review R1, R4).
 	if claimed.unqueued {
-		entry = nil
+		queuedWait = ""
 	}
-	lock, startOver, err = l.takeOver(ctx, key, claimed.current, entry)
-	return lock, refusal{}, startOver, err
+	lock, startOver, err = l.takeOver(ctx, key, claimed.current, queuedWait)
+	return lock, heldLease{}, startOver, err
 }
 
-// grantWin hands out a lock its attempt's own write just won, and takes a
-// queued attempt's entry off the queue when that write did not (the
-// command path after scripts were refused, or a refused ZREM).
-func (l *Locker) grantWin(ctx context.Context, key string, ours stamp, fencingToken int64, entry *queueEntry, stillQueued bool) (*Lock, error) {
-	if entry != nil && stillQueued {
-		l.dequeue(ctx, entry)
+// grantWin hands out a lock its attempt's own write just won, and takes
+// the queued wait it was won for off the queue when that write did not
+// (the command path after scripts were refused, or a refused ZREM).
+func (l *Locker) grantWin(ctx context.Context, key string, ours stamp, fencingToken int64, stillQueued bool) (*Lock, error) {
+	if ours.queuedWait != "" && stillQueued {
+		l.dequeue(ctx, l.client, key, ours.queuedWait)
 	}
-	return l.grantReplicated(ctx, key, ours, fencingToken, EventAcquired, entry)
+	return l.grantReplicated(ctx, key, ours, fencingToken, EventAcquired)
 }
 
 // ownLostWrite takes a value of ours whose reply was lost (H5). With
 // fencing its token went with the reply: the lease is given up and the
 // attempt starts over for a new one.
-func (l *Locker) ownLostWrite(ctx context.Context, key string, write stamp, entry *queueEntry) (lock *Lock, startOver bool, err error) {
+func (l *Locker) ownLostWrite(ctx context.Context, key string, write stamp) (lock *Lock, startOver bool, err error) {
 	if l.cfg.fencing {
 		if _, err := l.compareAndWrite(ctx, key,
 			func(current string) bool { return current == write.value },
@@ -127,9 +128,9 @@ func (l *Locker) ownLostWrite(ctx context.Context, key string, write stamp, entr
 		return nil, true, nil
 	}
 	l.setSafetyNet(ctx, key, write) // H6: the write whose reply was lost may not have got its net
-	// Won outside the queue's own steps: the entry must not be handed the
-	// key later (one owner per value).
-	lock, err = l.grantWin(ctx, key, write, 0, entry, true)
+	// Won outside the queue's own steps: the wait's entry must not be
+	// handed the key later (one owner per value).
+	lock, err = l.grantWin(ctx, key, write, 0, true)
 	return lock, false, err
 }
 
@@ -137,28 +138,28 @@ func (l *Locker) ownLostWrite(ctx context.Context, key string, write stamp, entr
 // matching ErrNotAcquired, with what it learned of the holder's lease,
 // while the lease is live; nil when it is over and may be taken over; and
 // ErrNotLockValue for a value that is not a lock (H7), left untouched.
-func (l *Locker) judge(key string, claimed claimOutcome, now time.Time) (refusal, error) {
+func (l *Locker) judge(key string, claimed claimOutcome, now time.Time) (heldLease, error) {
 	holderExpiry, err := heldUntil(claimed.current)
 	if err != nil {
-		return refusal{}, fmt.Errorf("setnxlock: key %q: %w", key, err)
+		return heldLease{}, fmt.Errorf("setnxlock: key %q: %w", key, err)
 	}
 	// H4: a foreign lease is over only a skew margin, and our clock's
 	// uncertainty, after the end it states, so a clock that runs ahead by
 	// less cannot end it early.
 	takeable := l.takeableAt(holderExpiry)
 	if expired(takeable, now) {
-		return refusal{}, nil
+		return heldLease{}, nil
 	}
 	l.observe(Event{Kind: EventContended, Key: key, ExpiresAt: takeable})
-	refused := refusal{takeableAt: takeable, announced: tokenOf(claimed.current) != "", unqueued: claimed.unqueued}
-	return refused, fmt.Errorf("%w: %q is held until %s", ErrNotAcquired, key, holderExpiry.UTC().Format(time.RFC3339Nano))
+	held := heldLease{takeableAt: takeable, announced: tokenOf(claimed.current) != "", unqueued: claimed.unqueued}
+	return held, fmt.Errorf("%w: %q is held until %s", ErrNotAcquired, key, holderExpiry.UTC().Format(time.RFC3339Nano))
 }
 
 // recognise reports whether current, found at key after our SETNX answered
 // 0, is a value only we can have written (H5): either go-redis resent this
 // attempt's SETNX after losing the reply of a first copy that was applied,
-// or it is a remembered write. Only token values are recognised; see
-// remember.
+// or it is a remembered write, which the attempt claims for its queued
+// wait, if any. Only token values are recognised; see remember.
 func (l *Locker) recognise(key, current string, attempt stamp, now time.Time) (stamp, bool) {
 	if !l.cfg.format.tokens() {
 		return stamp{}, false
@@ -166,7 +167,11 @@ func (l *Locker) recognise(key, current string, attempt stamp, now time.Time) (s
 	if current == attempt.value {
 		return attempt, true
 	}
-	return l.pending.take(key, current, now)
+	if write, ok := l.pending.take(key, current, now); ok {
+		write.queuedWait = attempt.queuedWait
+		return write, true
+	}
+	return stamp{}, false
 }
 
 // Acquire takes the lock on key, waiting while another client holds it.
@@ -180,7 +185,7 @@ func (l *Locker) recognise(key, current string, attempt stamp, now time.Time) (s
 // ErrNotAcquired and ctx.Err().
 func (l *Locker) Acquire(ctx context.Context, key string) (lock *Lock, err error) {
 	w := l.newWaiting(key)
-	defer w.end(ctx)
+	defer w.close(ctx)
 	defer func() {
 		if err != nil {
 			l.abandonLostWrites(ctx, key)
@@ -188,9 +193,9 @@ func (l *Locker) Acquire(ctx context.Context, key string) (lock *Lock, err error
 	}()
 	var notReplicated error // the last win the replicas did not acknowledge (WithReplicas): why Acquire never got the lock
 	for {
-		lock, refused, err := l.tryAcquire(ctx, key, w.nextEntry(ctx))
+		lock, held, err := l.tryAcquire(ctx, key, w.nextQueued(ctx))
 		if err == nil {
-			w.won()
+			w.tookKey()
 			return lock, nil
 		}
 		if errors.Is(err, ErrNotReplicated) {
@@ -205,30 +210,12 @@ func (l *Locker) Acquire(ctx context.Context, key string) (lock *Lock, err error
 		if !retryable(err) {
 			return nil, err
 		}
-		if errors.Is(err, ErrNotAcquired) && w.refused(ctx, refused) {
+		if errors.Is(err, ErrNotAcquired) && w.keyHeld(ctx, held) {
 			continue // attempt once more now that no release can go unheard
 		}
-		if err := w.sleep(ctx, refused); err != nil {
+		if err := w.sleep(ctx, held); err != nil {
 			return nil, contextEnded(key, err, notReplicated)
 		}
-	}
-}
-
-// abandonLostWrites deletes, when Acquire gives up, the writes on key whose
-// reply was lost (H5): nobody will claim them now, and each would hold the
-// key for a lease (and on the classic path without its safety net, H6).
-// They are taken out of the Locker's memory first, so none has been or can
-// be granted, and each is deleted only while the key still holds it
-// exactly; waiters are woken. Bounded, whatever ctx says.
-func (l *Locker) abandonLostWrites(ctx context.Context, key string) {
-	writes := l.pending.takeAll(key)
-	if len(writes) == 0 {
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), undoTimeout)
-	defer cancel()
-	for _, w := range writes {
-		_, _ = l.deleteOwned(ctx, key, func(current string) bool { return current == w.value })
 	}
 }
 

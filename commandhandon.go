@@ -72,11 +72,11 @@ type handStep struct {
 // Locker nobody listens for.
 func (s *handStep) unheard() bool { return s.written && s.heard != nil && s.heard.Val() == 0 }
 
-// queue queues the step's writes: the drop of a first entry that is not
-// one (as handon.lua skips it, the key is then handed to the next in
-// line), the handoff (write, then announce), or the delete, the wake-up of
-// the key's waiters and of the first in line.
-func (s *handStep) queue(ctx context.Context, pipe redis.Pipeliner, key string) {
+// writeTo adds the step's writes to pipe: the drop of a first entry that
+// is not one (as handon.lua skips it, the key is then handed to the next
+// in line), the handoff (write, then announce), or the delete, the wake-up
+// of the key's waiters and of the first in line.
+func (s *handStep) writeTo(ctx context.Context, pipe redis.Pipeliner, key string) {
 	waiters := waitersKey(key)
 	if s.malformed != "" {
 		pipe.ZRem(ctx, waiters, s.malformed)
@@ -118,7 +118,7 @@ func (q commandQueue) handOnce(ctx context.Context, key string, owned func(strin
 			if step.handed {
 				step.provisional = provisionalValue(now, h.token)
 			}
-			step.queue(ctx, pipe, key)
+			step.writeTo(ctx, pipe, key)
 			return nil
 		},
 	})

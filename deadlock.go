@@ -29,14 +29,14 @@ const restoreTimeout = time.Second
 // own value, which may expire before the winner's lease and let a third
 // client in. With the watch, a loser writes nothing.
 //
-// A queued attempt's takeover writes its entry's token and takes the entry
-// off the queue in the same transaction (protocol.go).
+// A takeover for a queued wait writes the wait's token and takes its
+// entry off the queue in the same transaction (protocol.go).
 //
 // startOver is true when the key no longer holds expiredValue: someone else
 // took it over or released it, or it became another type; the caller should
 // look again.
-func (l *Locker) takeOver(ctx context.Context, key, expiredValue string, entry *queueEntry) (lock *Lock, startOver bool, err error) {
-	ours := l.attemptStamp(l.cfg.clock.Now(), entry)
+func (l *Locker) takeOver(ctx context.Context, key, expiredValue, queuedWait string) (lock *Lock, startOver bool, err error) {
+	ours := l.attemptStamp(l.cfg.clock.Now(), queuedWait)
 	getset := redis.NewStringCmd(ctx, "getset", key, ours.value)
 	var fence *redis.IntCmd
 
@@ -50,8 +50,8 @@ func (l *Locker) takeOver(ctx context.Context, key, expiredValue string, entry *
 			if l.cfg.fencing {
 				fence = pipe.Incr(ctx, FenceKey(key)) // drawn with the takeover, atomically
 			}
-			if entry != nil {
-				pipe.ZRem(ctx, waitersKey(key), entry.member)
+			if queuedWait != "" {
+				l.dequeue(ctx, pipe, key, queuedWait)
 			}
 		})
 	if err != nil && fence != nil && getset.Err() == nil && isReplyError(fence.Err()) {
@@ -61,20 +61,20 @@ func (l *Locker) takeOver(ctx context.Context, key, expiredValue string, entry *
 		return nil, false, errFenceNotCounter(key)
 	}
 	if err != nil {
-		if entry != nil {
+		if queuedWait != "" {
 			l.caps.narrow(capQueue, err) // the queue refused inside transactions: stop queueing
 		}
 		// H5: if EXEC ran before its reply was lost, the key held the
 		// expired value and the lease is rightfully ours (WATCH guarantees
 		// it); let the next attempt recognise it.
-		l.remember(key, ours, entry)
+		l.remember(key, ours)
 		return nil, false, fmt.Errorf("setnxlock: take over %q: %w", key, err)
 	}
 	if !written {
 		return nil, true, nil
 	}
 
-	lock, err = l.tookOver(ctx, key, ours, getset, fence, entry)
+	lock, err = l.tookOver(ctx, key, ours, getset, fence)
 	return lock, false, err
 }
 
@@ -84,7 +84,7 @@ func (l *Locker) takeOver(ctx context.Context, key, expiredValue string, entry *
 // server or a proxy ignores WATCH: we have overwritten someone's live
 // lease. Put it back as best we can and stop: without WATCH neither
 // takeover nor release is safe, and a retry would only do it again.
-func (l *Locker) tookOver(ctx context.Context, key string, ours stamp, getset *redis.StringCmd, fence *redis.IntCmd, entry *queueEntry) (*Lock, error) {
+func (l *Locker) tookOver(ctx context.Context, key string, ours stamp, getset *redis.StringCmd, fence *redis.IntCmd) (*Lock, error) {
 	old, found, err := stringReply(getset)
 	if err != nil {
 		return nil, fmt.Errorf("setnxlock: GETSET %q: %w", key, err)
@@ -95,7 +95,7 @@ func (l *Locker) tookOver(ctx context.Context, key string, ours stamp, getset *r
 		if fence != nil {
 			token = fence.Val()
 		}
-		return l.grantReplicated(ctx, key, ours, token, EventRecovered, entry)
+		return l.grantReplicated(ctx, key, ours, token, EventRecovered)
 	}
 	if err := l.restore(ctx, key, ours.value, old); err != nil {
 		return nil, fmt.Errorf("%w: GETSET on %q replaced a live lease, and putting it back failed: %w", ErrWatchIgnored, key, err)

@@ -17,7 +17,7 @@ import (
 // fails, the write is remembered as one whose reply was lost (H5), so
 // that the next attempt takes it (through here again) instead of waiting
 // out our own lease.
-func (l *Locker) grantReplicated(ctx context.Context, key string, ours stamp, fencingToken int64, kind EventKind, entry *queueEntry) (*Lock, error) {
+func (l *Locker) grantReplicated(ctx context.Context, key string, ours stamp, fencingToken int64, kind EventKind) (*Lock, error) {
 	err := l.replicate(ctx, ourWrite{key, ours.value}, ours.length(), ours.expiry)
 	if err == nil {
 		return l.grant(key, ours, fencingToken, kind)
@@ -26,7 +26,7 @@ func (l *Locker) grantReplicated(ctx context.Context, key string, ours stamp, fe
 		return nil, err
 	}
 	if _, undoErr := l.undoWrite(ctx, key, ours.value); undoErr != nil {
-		l.remember(key, ours, entry)
+		l.remember(key, ours)
 		return nil, errors.Join(err, fmt.Errorf("setnxlock: undo of %q: %w", key, undoErr))
 	}
 	return nil, err

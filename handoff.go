@@ -73,10 +73,10 @@ type handoffs struct {
 	id string
 
 	mu        sync.Mutex
-	sub       *subscription // the current one; nil when not listening
-	users     int           // waits that joined sub
-	idle      *time.Timer   // ends sub handoffLinger after the last wait left
-	waiting   map[string]chan struct{}
+	sub       *subscription            // the current one; nil when not listening
+	users     int                      // waits that joined sub
+	idle      *time.Timer              // stops sub handoffLinger after the last wait left
+	expected  map[string]chan struct{} // the signal of each queued wait, by its token (expect)
 	abandoned map[string]abandonedEntry
 }
 
@@ -92,16 +92,16 @@ type abandonedEntry struct {
 type subscription struct {
 	ready      chan struct{} // closed once confirmed, or failed (err)
 	err        error         // written before ready is closed
-	ended      chan struct{} // closed when it ends: Close, the linger, a failure, a closed client
-	endOnce    sync.Once
+	stopped    chan struct{} // closed when it stops: Close, the linger, a failure, a closed client
+	stopOnce   sync.Once
 	dispatched chan struct{} // closed when nothing of it runs any more
 }
 
 func newSubscription() *subscription {
-	return &subscription{ready: make(chan struct{}), ended: make(chan struct{}), dispatched: make(chan struct{})}
+	return &subscription{ready: make(chan struct{}), stopped: make(chan struct{}), dispatched: make(chan struct{})}
 }
 
-// live reports whether the subscription is confirmed and has not ended.
+// live reports whether the subscription is confirmed and has not stopped.
 func (s *subscription) live() bool {
 	select {
 	case <-s.ready:
@@ -109,14 +109,14 @@ func (s *subscription) live() bool {
 		return false
 	}
 	select {
-	case <-s.ended:
+	case <-s.stopped:
 		return false
 	default:
 		return s.err == nil
 	}
 }
 
-func (s *subscription) end() { s.endOnce.Do(func() { close(s.ended) }) }
+func (s *subscription) stop() { s.stopOnce.Do(func() { close(s.stopped) }) }
 
 func (h *handoffs) channel() string { return handoffChannel(h.id) }
 
@@ -149,22 +149,22 @@ func (h *handoffs) joinIfListening(l *Locker) *subscription {
 	return h.join(l)
 }
 
-// leave ends a join; the subscription ends once no wait has joined it for
-// handoffLinger.
-func (h *handoffs) leave(s *subscription) {
+// unjoin ends a join; the subscription stops once no wait has joined it
+// for handoffLinger.
+func (h *handoffs) unjoin(s *subscription) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.sub != s {
-		return // it ended; its users were forgotten with it
+		return // it stopped; its users were forgotten with it
 	}
 	if h.users--; h.users == 0 {
-		h.idle = time.AfterFunc(handoffLinger, func() { h.endIf(func() bool { return h.users == 0 }) })
+		h.idle = time.AfterFunc(handoffLinger, func() { h.stopIf(func() bool { return h.users == 0 }) })
 	}
 }
 
-// endIf ends the current subscription if cond holds under the lock, and
-// waits for it to stop.
-func (h *handoffs) endIf(cond func() bool) {
+// stopIf stops the current subscription if cond holds under the lock, and
+// waits until nothing of it runs.
+func (h *handoffs) stopIf(cond func() bool) {
 	h.mu.Lock()
 	s := h.sub
 	if s == nil || !cond() {
@@ -177,8 +177,8 @@ func (h *handoffs) endIf(cond func() bool) {
 		h.idle = nil
 	}
 	h.mu.Unlock()
-	s.end()
-	<-s.dispatched // bounded: an ended subscription is closed, which ends listen's reads
+	s.stop()
+	<-s.dispatched // bounded: a stopped subscription is closed, which ends listen's reads
 }
 
 // forgetIfCurrent drops s as the current subscription after it failed or
@@ -198,7 +198,7 @@ func (h *handoffs) listen(l *Locker, s *subscription) {
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() { // Close, or the linger, ends a subscription still being made
 		select {
-		case <-s.ended:
+		case <-s.stopped:
 		case <-ctx.Done():
 		}
 		cancel()
@@ -211,7 +211,7 @@ func (h *handoffs) listen(l *Locker, s *subscription) {
 		l.caps.narrow(capQueue, err) // the handoff channel is refused
 		s.err = err
 		close(s.ready)
-		s.end()
+		s.stop()
 		h.forgetIfCurrent(s)
 		return
 	}
@@ -220,11 +220,11 @@ func (h *handoffs) listen(l *Locker, s *subscription) {
 	messages := pubsub.Channel()
 	for {
 		select {
-		case <-s.ended:
+		case <-s.stopped:
 			return
 		case msg, ok := <-messages:
 			if !ok { // its client was closed
-				s.end()
+				s.stop()
 				h.forgetIfCurrent(s)
 				return
 			}
@@ -244,7 +244,7 @@ func (h *handoffs) route(l *Locker, payload string) {
 		return
 	}
 	h.mu.Lock()
-	signal := h.waiting[token]
+	signal := h.expected[token]
 	gone, isAbandoned := h.abandoned[token]
 	if isAbandoned {
 		delete(h.abandoned, token)
@@ -257,7 +257,7 @@ func (h *handoffs) route(l *Locker, payload string) {
 		default: // it has a signal pending already
 		}
 	case isAbandoned && gone.entry.key == key:
-		l.leaveQueue(context.Background(), gone.entry)
+		l.leaveOnce(context.Background(), gone.entry)
 	}
 }
 
@@ -267,17 +267,17 @@ func (h *handoffs) expect(token string) <-chan struct{} {
 	signal := make(chan struct{}, 1)
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.waiting == nil {
-		h.waiting = make(map[string]chan struct{})
+	if h.expected == nil {
+		h.expected = make(map[string]chan struct{})
 	}
-	h.waiting[token] = signal
+	h.expected[token] = signal
 	return signal
 }
 
 func (h *handoffs) forget(token string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	delete(h.waiting, token)
+	delete(h.expected, token)
 }
 
 // abandon remembers, until it expires, an entry whose wait has ended at

@@ -82,7 +82,7 @@ func (l *Locker) TTL() time.Duration { return l.cfg.ttl }
 // no longer needed, so that no goroutine or connection of it outlives its
 // use.
 func (l *Locker) Close() error {
-	l.handoff.endIf(func() bool { return true })
+	l.handoff.stopIf(func() bool { return true })
 	if el := l.election.made(); el != nil {
 		_ = el.Close()
 	}

@@ -59,11 +59,11 @@ func (l *Locker) onPath(op func(p path) error) error {
 // than its own writes nothing (H10) and claims again at once, with a value
 // stating a millisecond past that end (restamp); found so twice, the key
 // keeps moving, and the attempt looks again.
-func (l *Locker) claimKey(ctx context.Context, key string, ours stamp, entry *queueEntry) (c claimOutcome, err error) {
+func (l *Locker) claimKey(ctx context.Context, key string, ours stamp) (c claimOutcome, err error) {
 	var restamped *stamp
 	for range 2 {
 		err = l.onPath(func(p path) error {
-			c, err = l.claimOn(ctx, p, key, ours, entry)
+			c, err = l.claimOn(ctx, p, key, ours)
 			return err
 		})
 		if err != nil || !c.ahead {
@@ -72,7 +72,7 @@ func (l *Locker) claimKey(ctx context.Context, key string, ours stamp, entry *qu
 			}
 			return c, err
 		}
-		if ours, err = entry.restamp(c.current, ours); err != nil {
+		if ours, err = restamp(c.current, ours); err != nil {
 			return claimOutcome{}, fmt.Errorf("setnxlock: key %q: %w", key, err) // H7: the key is left untouched
 		}
 		restamped = &ours

@@ -1,6 +1,7 @@
 package setnxlock
 
 import (
+	"context"
 	"sync"
 	"time"
 )
@@ -74,11 +75,29 @@ func unexpired(writes []stamp, now time.Time) []stamp {
 // value, so claiming it could hand one lease to two clients. Without a
 // token the Locker waits a lost write out instead, as classic clients do.
 // A write carrying a queued wait's token belongs to that wait alone
-// (protocol.go): it never enters the Locker's memory, where another attempt
-// could claim it too. A queued attempt refused the queue writes with a
-// token of its own (X2), which is remembered like any other.
-func (l *Locker) remember(key string, write stamp, entry *queueEntry) {
-	if !entry.carries(write.value) && l.cfg.format.tokens() {
+// (carriesWait, protocol.go): it never enters the Locker's memory, where
+// another attempt could claim it too. A queued attempt refused the queue
+// writes with a token of its own (X2), which is remembered like any other.
+func (l *Locker) remember(key string, write stamp) {
+	if !write.carriesWait() && l.cfg.format.tokens() {
 		l.pending.remember(key, write, l.cfg.clock.Now())
+	}
+}
+
+// abandonLostWrites deletes, when Acquire gives up, the writes on key whose
+// reply was lost (H5): nobody will claim them now, and each would hold the
+// key for a lease (and on the classic path without its safety net, H6).
+// They are taken out of the Locker's memory first, so none has been or can
+// be granted, and each is deleted only while the key still holds it
+// exactly; waiters are woken. Bounded, whatever ctx says.
+func (l *Locker) abandonLostWrites(ctx context.Context, key string) {
+	writes := l.pending.takeAll(key)
+	if len(writes) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), undoTimeout)
+	defer cancel()
+	for _, w := range writes {
+		_, _ = l.deleteOwned(ctx, key, func(current string) bool { return current == w.value })
 	}
 }

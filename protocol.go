@@ -155,9 +155,12 @@ type queueEntry struct {
 	member string // formatEntry(Locker id, token), in the key's queue
 }
 
-// newQueueEntry describes a wait of this Locker on key.
-func (l *Locker) newQueueEntry(key string) *queueEntry {
-	token := newToken()
+// newQueueEntry describes a new wait of this Locker on key.
+func (l *Locker) newQueueEntry(key string) *queueEntry { return l.queueEntryOf(key, newToken()) }
+
+// queueEntryOf is the entry of this Locker's wait on key whose token is
+// token: an attempt knows its wait by the token alone (stamp.queuedWait).
+func (l *Locker) queueEntryOf(key, token string) *queueEntry {
 	return &queueEntry{key: key, token: token, member: formatEntry(l.handoff.id, token)}
 }
 
@@ -187,12 +190,13 @@ func (e *queueEntry) claimable(current string, ours stamp) bool {
 // moves the lease forward and differs from the value found. The holder
 // still believes its own lease, ours's expiry by its own clock, which that
 // value outlasts.
-func (e *queueEntry) restamp(current string, ours stamp) (stamp, error) {
+func restamp(current string, ours stamp) (stamp, error) {
 	found, err := parseExpiry(current)
 	if err != nil {
 		return stamp{}, err
 	}
-	return stamp{value: formatValue(found.Add(time.Millisecond), e.token), expiry: ours.expiry, start: ours.start}, nil
+	ours.value = formatValue(found.Add(time.Millisecond), ours.queuedWait)
+	return ours, nil
 }
 
 // statedEnd is the end our own value states: its expiry, or past it for a

@@ -74,8 +74,10 @@ func TestNoLeaseEqualsAProvisionalValue(t *testing.T) {
 		lease := TokenFormat.newStamp(now, claimWindow, entry.token)
 		assert.NotEqual(t, provisional, lease.value, "a lease for the same instant, at %s", now)
 		assert.NotContains(t, lease.value, provisionalMark+string(tokenSeparator), "a lease at %s", now)
-		claim, err := entry.restamp(provisional, lease)
+		lease.queuedWait = entry.token
+		claim, err := restamp(provisional, lease)
 		require.NoError(t, err)
 		assert.NotContains(t, claim.value, provisionalMark+string(tokenSeparator), "a claim restamped past a provisional value at %s", now)
+		assert.True(t, entry.carries(claim.value), "a restamped claim carries the wait's token")
 	}
 }

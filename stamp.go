@@ -7,30 +7,40 @@ import "time"
 // long Redis keeps it.
 
 // stamp is one value we write into a lock key: the value itself, the
-// expiry it states, and when by our clock the lease it grants began.
+// expiry it states, and when by our clock the lease it grants began. A
+// stamp that an attempt of a queued wait writes or claims names that
+// wait by its entry's token (protocol.go), which is all the attempt knows
+// of the queue.
 type stamp struct {
-	value  string
-	expiry time.Time
-	start  time.Time
+	value      string
+	expiry     time.Time
+	start      time.Time
+	queuedWait string // the token of the queued wait whose attempt writes or claims it; "" outside the queue
 }
+
+// carriesWait reports whether the value carries its queued wait's token,
+// and so belongs to that wait alone (one owner per value, protocol.go). An
+// attempt of the wait that could not queue writes a token of its own (X2),
+// and one that claims a remembered write (H5) claims a token of its own.
+func (s stamp) carriesWait() bool { return s.queuedWait != "" && tokenOf(s.value) == s.queuedWait }
 
 // length is how long the lease lasts from its start: the TTL, plus what
 // the format's rounding added. The server-side safety net (H6) is counted
 // from it, so it never ends a lease the value still states is live.
 func (s stamp) length() time.Duration { return s.expiry.Sub(s.start) }
 
-// attemptStamp is a lease of the Locker's TTL beginning at now, in its format:
-// carrying the token of entry for a queued attempt, else a fresh owner
-// token where the format carries one.
-func (l *Locker) attemptStamp(now time.Time, entry *queueEntry) stamp {
-	token := ""
-	switch {
-	case entry != nil:
-		token = entry.token
-	case l.cfg.format.tokens():
+// attemptStamp is a lease of the Locker's TTL beginning at now, in its
+// format, for an attempt of the queued wait whose token is queuedWait:
+// carrying that token, or outside the queue ("") a fresh owner token where
+// the format carries one.
+func (l *Locker) attemptStamp(now time.Time, queuedWait string) stamp {
+	token := queuedWait
+	if token == "" && l.cfg.format.tokens() {
 		token = newToken()
 	}
-	return l.cfg.format.newStamp(now, l.cfg.ttl, token)
+	ours := l.cfg.format.newStamp(now, l.cfg.ttl, token)
+	ours.queuedWait = queuedWait
+	return ours
 }
 
 // safetyNet is how long Redis keeps a key whose lease ends in remaining:

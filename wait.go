@@ -6,18 +6,18 @@ import (
 )
 
 // How one Acquire call waits between its attempts, in one of the modes
-// below (waitMode). It starts listening at its first refusal: where the
-// Locker queues, it joins the Locker's subscription to handoffs and queues
-// on the key once that is usable (handoff.go, protocol.go); otherwise it
-// subscribes to the key's wake-ups (wakeup.go). Either way it attempts
-// again when woken, when the holder's lease ends, and on a timer in case a
-// message is lost: announcedPoll while queued, else exponential backoff
-// with jitter (WithBackoff). A subscription is made in the background, and
-// the wait polls on its backoff until it is confirmed, so a slow or lost
-// confirmation costs nothing on a key freed meanwhile. No release can go
-// unheard: once the subscription is confirmed the wait attempts once more
-// before it relies on it, so a release before that attempt is seen by it,
-// and one after is heard.
+// below (waitMode). It starts listening once it first finds the key held:
+// where the Locker queues, it joins the Locker's subscription to handoffs
+// and queues on the key once that is usable (handoff.go, protocol.go);
+// otherwise it subscribes to the key's wake-ups (wakeup.go). Either way it
+// attempts again when woken, when the holder's lease ends, and on a timer
+// in case a message is lost: announcedPoll while queued, else exponential
+// backoff with jitter (WithBackoff). A subscription is made in the
+// background, and the wait polls on its backoff until it is confirmed, so
+// a slow or lost confirmation costs nothing on a key freed meanwhile. No
+// release can go unheard: once the subscription is confirmed the wait
+// attempts once more before it relies on it, so a release before that
+// attempt is seen by it, and one after is heard.
 type waiting struct {
 	l       *Locker
 	key     string
@@ -34,7 +34,7 @@ type waiting struct {
 type waitMode int
 
 const (
-	polling waitMode = iota // before its first refusal: backoff alone
+	polling waitMode = iota // before it first finds the key held: backoff alone
 	joining                 // it joined the Locker's subscription to handoffs, not yet usable
 	queued                  // in the key's queue: a release hands it the key
 	wakeUps                 // it listens to the key's wake-ups, or polls where it cannot
@@ -45,8 +45,8 @@ func (l *Locker) newWaiting(key string) *waiting {
 	w := &waiting{l: l, key: key, backoff: newBackoff(l.cfg.minBackoff, l.cfg.maxBackoff)}
 	if l.queues() {
 		// Already listening (another wait of this Locker, or a recent
-		// one): the first attempt may as well queue, saving a refused round
-		// trip when the key is held. It costs nothing when it is not.
+		// one): the first attempt may as well queue, saving a round trip
+		// when the key is held. It costs nothing when it is not.
 		if w.sub = l.handoff.joinIfListening(l); w.sub != nil {
 			w.mode = joining
 		}
@@ -54,12 +54,12 @@ func (l *Locker) newWaiting(key string) *waiting {
 	return w
 }
 
-// nextEntry returns the queue entry the next attempt carries, or nil for
-// an attempt outside the queue. A joining wait queues once its
-// subscription is live. A wait leaves the queue, and waits for wake-ups
-// instead, when the subscription ends (Locker.Close, a closed client) or
-// the server refuses the queue.
-func (w *waiting) nextEntry(ctx context.Context) *queueEntry {
+// nextQueued returns the token of the wait's queue entry, which the next
+// attempt writes and claims, or "" for an attempt outside the queue. A
+// joining wait queues once its subscription is live. A wait leaves the
+// queue, and waits for wake-ups instead, when the subscription ends
+// (Locker.Close, a closed client) or the server refuses the queue.
+func (w *waiting) nextQueued(ctx context.Context) string {
 	switch {
 	case w.mode == queued && (!w.sub.live() || !w.l.queues()):
 		w.stopQueueing(ctx)
@@ -70,12 +70,15 @@ func (w *waiting) nextEntry(ctx context.Context) *queueEntry {
 	case w.mode == joining && (subscriptionFailed(w.sub) || !w.l.queues()):
 		w.stopQueueing(ctx)
 	}
-	return w.entry
+	if w.mode != queued {
+		return ""
+	}
+	return w.entry.token
 }
 
 func subscriptionFailed(s *subscription) bool {
 	select {
-	case <-s.ended:
+	case <-s.stopped:
 		return true
 	default:
 		return false
@@ -86,7 +89,7 @@ func subscriptionFailed(s *subscription) bool {
 // subscription, and subscribes to the key's wake-ups instead.
 func (w *waiting) stopQueueing(ctx context.Context) {
 	w.leaveQueue(ctx)
-	w.l.handoff.leave(w.sub)
+	w.l.handoff.unjoin(w.sub)
 	w.sub = nil
 	w.mode, w.wake = wakeUps, w.l.subscribe(ctx, w.key)
 }
@@ -99,18 +102,18 @@ func (w *waiting) leaveQueue(ctx context.Context) {
 	// leave then finds the key carrying the entry's token and hands it on;
 	// one that arrives after a leave that failed is declined (abandon).
 	w.l.handoff.forget(w.entry.token)
-	w.l.leaveQueue(ctx, w.entry)
+	w.l.leaveOnce(ctx, w.entry)
 	w.entry, w.handed = nil, nil
 }
 
-// refused is called after an attempt was refused by a live lease. The
-// first time, the wait starts listening, and it reports whether to attempt
-// again at once: whether it listens already. A queued attempt that could
+// keyHeld is called after an attempt found the key held by a live lease.
+// The first time, the wait starts listening, and it reports whether to
+// attempt again at once: whether it listens already. A queued attempt that could
 // not queue on the key (its queue is not a sorted set, say) ends the
 // wait's queueing.
-func (w *waiting) refused(ctx context.Context, r refusal) bool {
+func (w *waiting) keyHeld(ctx context.Context, held heldLease) bool {
 	switch {
-	case r.unqueued && (w.mode == joining || w.mode == queued):
+	case held.unqueued && (w.mode == joining || w.mode == queued):
 		w.stopQueueing(ctx)
 		return false // it attempts again once its wake-ups are confirmed
 	case w.mode != polling:
@@ -123,10 +126,10 @@ func (w *waiting) refused(ctx context.Context, r refusal) bool {
 	return false // usually not yet confirmed: sleep until it is
 }
 
-// won ends a wait whose attempt took the key. The winning write took the
+// tookKey ends a wait whose attempt took the key. The winning write took the
 // wait's entry off the queue with it (queued.lua, the takeover), or the
 // attempt removed it right after (tryAcquire).
-func (w *waiting) won() {
+func (w *waiting) tookKey() {
 	if w.mode == queued {
 		w.l.handoff.forget(w.entry.token)
 		w.entry, w.handed = nil, nil
@@ -134,37 +137,37 @@ func (w *waiting) won() {
 	w.mode = served
 }
 
-// end releases what the wait held: its place in the queue, if it did not
+// close releases what the wait held: its place in the queue, if it did not
 // win, its share of the Locker's subscription, its wake-ups.
-func (w *waiting) end(ctx context.Context) {
+func (w *waiting) close(ctx context.Context) {
 	w.leaveQueue(ctx)
 	if w.sub != nil {
-		w.l.handoff.leave(w.sub)
+		w.l.handoff.unjoin(w.sub)
 	}
 	w.wake.close()
 }
 
 // sleep waits until the next attempt is due, and returns ctx.Err() if ctx
-// ends first. refused says what the last attempt learned of the holder's
+// ends first. held says what the last attempt learned of the holder's
 // lease.
-func (w *waiting) sleep(ctx context.Context, refused refusal) error {
+func (w *waiting) sleep(ctx context.Context, held heldLease) error {
 	var wait time.Duration
-	var handed, ready, ended <-chan struct{}
+	var handed, ready, stopped <-chan struct{}
 	switch w.mode {
 	case queued:
-		wait, handed, ended = announcedPoll, w.handed, w.sub.ended
+		wait, handed, stopped = announcedPoll, w.handed, w.sub.stopped
 	case joining:
 		wait, ready = w.backoff.next(), w.sub.ready
 	default:
 		wait = w.backoff.next()
-		if w.wake.listening() && refused.announced {
+		if w.wake.listening() && held.announced {
 			// The holder will announce its release: polling would only
 			// load Redis. Poll rarely, in case the announcement is lost.
 			wait = max(wait, announcedPoll)
 		}
 	}
-	if !refused.takeableAt.IsZero() {
-		wait = capAtLease(wait, refused.takeableAt.Sub(w.l.cfg.clock.Now()), w.l.cfg.minBackoff)
+	if !held.takeableAt.IsZero() {
+		wait = capAtLease(wait, held.takeableAt.Sub(w.l.cfg.clock.Now()), w.l.cfg.minBackoff)
 	}
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
@@ -174,7 +177,7 @@ func (w *waiting) sleep(ctx context.Context, refused refusal) error {
 	case <-timer.C:
 	case <-handed:
 	case <-ready:
-	case <-ended:
+	case <-stopped:
 	case <-w.wake.confirming():
 		w.wake.confirmed() // attempt at once: a release before the confirmation went unheard
 	case <-w.wake.announced():
