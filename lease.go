@@ -15,9 +15,9 @@ type lease struct {
 	renewedAt time.Time // when the current lease began: renewals count their interval from here
 	expiresAt time.Time // when it ends by the Locker's clock
 	err       error     // why the Lock's life ended: nil after Release, ErrNotHeld after a loss
+	ended     bool      // the Lock's life has ended: err says why
 
-	done       chan struct{} // closed once, by conclude, when the Lock is released or lost
-	ended      sync.Once
+	done       chan struct{} // closed by conclude or runOut once the end has been announced
 	moved      chan struct{} // nudges the keeper (keeper.go) when the end moves
 	keeping    sync.Once
 	keeperDone chan struct{} // closed when the keeper goroutine has returned; nil if none started
@@ -47,7 +47,7 @@ func (s *lease) began() time.Time {
 // comes after the lease ran out cannot bring the lock back (H11).
 func (s *lease) move(start, end time.Time) bool {
 	s.mu.Lock()
-	if s.over() {
+	if s.ended {
 		s.mu.Unlock()
 		return false
 	}
@@ -61,43 +61,58 @@ func (s *lease) move(start, end time.Time) bool {
 }
 
 // conclude ends the Lock's life with err (nil for a release), and reports
-// whether this call ended it: only the first does.
-func (s *lease) conclude(err error) (ended bool) {
+// whether this call ended it: only the first does. The call that ends it
+// runs announce before it closes done, so whoever is woken by Done, or by
+// the Release or Refresh that returns on it, finds the observer told.
+func (s *lease) conclude(err error, announce func(error)) (ended bool) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.concludeLocked(err)
+	ended = s.endLocked(err)
+	s.mu.Unlock()
+	if ended {
+		s.announced(err, announce)
+	}
+	return ended
 }
 
 // runOut ends the Lock's life as lost if its lease has ended by now, and
-// reports whether it did; err describes the loss given the lease's end.
-// Checking the end and ending the life are one step, so a renewal that
-// moves the end (move) is either seen here or refused there, never both.
-func (s *lease) runOut(now time.Time, err func(ends time.Time) error) bool {
+// reports whether it did; err describes the loss given the lease's end,
+// and announce runs as conclude's does. Checking the end and ending the
+// life are one step, so a renewal that moves the end (move) is either
+// seen here or refused there, never both.
+func (s *lease) runOut(now time.Time, err func(ends time.Time) error, announce func(error)) bool {
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.over() || !expired(s.expiresAt, now) {
+	if s.ended || !expired(s.expiresAt, now) {
+		s.mu.Unlock()
 		return false
 	}
-	return s.concludeLocked(err(s.expiresAt))
+	lost := err(s.expiresAt)
+	s.endLocked(lost)
+	s.mu.Unlock()
+	s.announced(lost, announce)
+	return true
 }
 
-func (s *lease) concludeLocked(err error) (ended bool) {
-	s.ended.Do(func() {
-		s.err = err
-		close(s.done)
-		ended = true
-	})
-	return ended
+// endLocked records the end of the Lock's life, once; the caller holds mu.
+func (s *lease) endLocked(err error) (ended bool) {
+	if s.ended {
+		return false
+	}
+	s.ended, s.err = true, err
+	return true
+}
+
+// announced runs announce outside mu (the observer may read the Lock),
+// then closes done.
+func (s *lease) announced(err error, announce func(error)) {
+	defer close(s.done)
+	announce(err)
 }
 
 // over reports whether the Lock's life has ended.
 func (s *lease) over() bool {
-	select {
-	case <-s.done:
-		return true
-	default:
-		return false
-	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.ended
 }
 
 // reason returns why the Lock's life ended: nil while it lasts or after a

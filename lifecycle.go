@@ -76,8 +76,7 @@ func (k *Lock) Context(parent context.Context) context.Context {
 // reports that loss, as Done and Err have (H11).
 func (k *Lock) finish(state lockState, err error) error {
 	k.state.settle(state)
-	if k.lease.conclude(err) {
-		k.announceEnd(err)
+	if k.lease.conclude(err, k.announceEnd) {
 		return err
 	}
 	if lost := k.Err(); err == nil && errors.As(lost, new(ranOut)) {
@@ -114,12 +113,11 @@ func (k *Lock) announceEnd(err error) {
 // the lease's end comes too late, and one confirmed in time has moved the
 // end already (lease.runOut and lease.move are one step each).
 func (k *Lock) endIfRunOut() bool {
-	ranOut := k.lease.runOut(k.locker.cfg.clock.Now(), func(ends time.Time) error {
+	k.lease.runOut(k.locker.cfg.clock.Now(), func(ends time.Time) error {
 		return ranOut{key: k.key, at: ends}
-	})
-	if ranOut {
+	}, func(err error) {
 		k.state.settle(lost)
-		k.announceEnd(k.Err())
-	}
+		k.announceEnd(err)
+	})
 	return k.lease.over()
 }

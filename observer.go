@@ -56,7 +56,9 @@ type Event struct {
 
 // Observer receives a Locker's events, for metrics, tracing or logs. It is
 // called synchronously on the goroutine that caused the event, so it must
-// be quick and must not call back into the Lock.
+// be quick and must not call back into the Lock. A lock's end
+// (EventReleased, EventLost) is observed before its Done channel closes,
+// so a Release or Refresh that reports the end returns after it.
 type Observer interface {
 	Observe(Event)
 }

@@ -82,6 +82,70 @@ func TestObserverHearsEveryEvent(t *testing.T) {
 	})
 }
 
+// doneAtAnnouncement records, for each end it is told of, whether the
+// Lock's Done channel was already closed then.
+type doneAtAnnouncement struct {
+	mu     sync.Mutex
+	done   <-chan struct{}
+	closed []string
+}
+
+func (d *doneAtAnnouncement) Observe(ev Event) {
+	if ev.Kind != EventLost && ev.Kind != EventReleased {
+		return
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	select {
+	case <-d.done:
+		d.closed = append(d.closed, ev.Kind.String()+": Done already closed")
+	default:
+		d.closed = append(d.closed, ev.Kind.String()+": Done still open")
+	}
+}
+
+func (d *doneAtAnnouncement) watch(k *Lock) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.done = k.Done()
+}
+
+func (d *doneAtAnnouncement) seen() []string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return append([]string(nil), d.closed...)
+}
+
+// The observer hears of a lock's end before Done closes, so a Release or
+// Refresh that returns on Done, and whoever Done wakes, finds it told.
+// Before, Refresh could return ErrNotHeld while the EventLost was still to
+// come (TestObserverHearsEveryEvent failed in CI that way).
+func TestTheObserverHearsTheEndBeforeDoneCloses(t *testing.T) {
+	onEachBackend(t, func(t *testing.T, b *backend) {
+		told := &doneAtAnnouncement{}
+		l := b.locker(t, WithObserver(told))
+
+		overwritten, err := l.TryAcquire(ctx, "end.overwritten")
+		require.NoError(t, err)
+		told.watch(overwritten)
+		b.set(t, "end.overwritten", strconv.FormatInt(b.start.Add(time.Hour).UnixMilli(), 10))
+		require.ErrorIs(t, overwritten.Refresh(ctx, time.Minute), ErrNotHeld)
+
+		ranOut, err := l.TryAcquire(ctx, "end.ranout")
+		require.NoError(t, err)
+		told.watch(ranOut)
+		b.clock.Set(ranOut.ExpiresAt())
+		require.ErrorIs(t, ranOut.Refresh(ctx, time.Minute), ErrNotHeld)
+
+		released, err := l.TryAcquire(ctx, "end.released")
+		require.NoError(t, err)
+		told.watch(released)
+		require.NoError(t, released.Release(ctx))
+
+		assert.Equal(t, []string{"lost: Done still open", "lost: Done still open", "released: Done still open"}, told.seen())
+	})
+}
+
 func TestSlogObserverLogsAtTheRightLevels(t *testing.T) {
 	var out bytes.Buffer
 	o := NewSlogObserver(slog.New(slog.NewTextHandler(&out, &slog.HandlerOptions{Level: slog.LevelDebug})))
