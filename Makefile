@@ -63,7 +63,7 @@ lint:
 	cd cmd/setnxlock && $(GO) vet ./... && $(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
 	cd examples && $(GO) vet ./... && $(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
 
-## bench: Go benchmarks, the uncontended ratio to a raw SETNX+DEL loop, then bench/ against bsm/redislock, redsync and sync.Mutex (writes docs/BENCHMARKS.md, docs/benchmarks.png; BENCH_FLAGS='-duration=2s -rounds=3' to change)
+## bench: Go benchmarks, the uncontended ratio to a raw SETNX+DEL loop, then bench/ against bsm/redislock, redsync and sync.Mutex (writes docs/BENCHMARKS.md, docs/benchmarks.png; BENCH_FLAGS='-duration=2s -rounds=7' to change; fewer than 5 rounds marks the targets provisional)
 bench:
 	@# rounds interleave the floor and the library, so drift on a shared machine hits both alike
 	@rm -f $(BENCH_OUT); for round in $$(seq $(BENCH_COUNT)); do \

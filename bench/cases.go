@@ -25,19 +25,26 @@ type caseSpec struct {
 // cases lists the benchmark's cases in report order.
 func cases() []caseSpec {
 	return []caseSpec{
-		{id: "uncontended", title: "uncontended, 1 worker", workers: 1},
-		{id: "w8-hold0", title: "8 workers, 0 ms hold", workers: 8},
-		{id: "w8-hold1ms", title: "8 workers, 1 ms hold", workers: 8, hold: time.Millisecond},
+		{id: caseUncontended, title: "uncontended, 1 worker", workers: 1},
+		{id: caseW8Hold0, title: "8 workers, 0 ms hold", workers: 8},
+		{id: caseW8Hold1ms, title: "8 workers, 1 ms hold", workers: 8, hold: time.Millisecond},
 		{id: caseShared, title: "8 workers sharing one Locker, 1 ms hold", workers: 8, hold: time.Millisecond, shared: true},
-		{id: "w32-hold0", title: "32 workers, 0 ms hold", workers: 32},
-		{id: "w32-hold1ms", title: "32 workers, 1 ms hold", workers: 32, hold: time.Millisecond},
-		{id: "crash", title: "crash recovery", workers: 2, crash: true},
+		{id: caseW32Hold0, title: "32 workers, 0 ms hold", workers: 32},
+		{id: caseW32Hold1ms, title: "32 workers, 1 ms hold", workers: 32, hold: time.Millisecond},
+		{id: caseCrash, title: "crash recovery", workers: 2, crash: true},
 	}
 }
 
-// caseShared is the id of the case whose workers share one client and
-// one locker.
-const caseShared = "w8-hold1ms-shared"
+// The case ids, as the -cases flag takes them and the targets name them.
+const (
+	caseUncontended = "uncontended"
+	caseW8Hold0     = "w8-hold0"
+	caseW8Hold1ms   = "w8-hold1ms"
+	caseShared      = "w8-hold1ms-shared" // the workers share one client and one locker
+	caseW32Hold0    = "w32-hold0"
+	caseW32Hold1ms  = "w32-hold1ms"
+	caseCrash       = "crash"
+)
 
 // runs reports whether lib takes part in c.
 func (c caseSpec) runs(lib *library) bool {

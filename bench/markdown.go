@@ -135,12 +135,20 @@ func (r *report) mdCrash(b *strings.Builder) {
 // the closing caveat.
 func (r *report) mdTargets(b *strings.Builder) {
 	p := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
-	p("\n## Targets (issue 15)\n\n")
-	p("Each computed from the table above; RTT is the run's. A target reads \"case: row, measure vs base row's\".\n\n")
+	p("\n## Targets (issue 24)\n\n")
+	p("Issue 24's targets, each computed from the tables above: ratios of rows of this one run, cycles/s the median of its\n")
+	p("%d rounds, which alternate the contenders' order; RTT is the run's. A target reads \"case: row, measure vs base row's\".\n", r.cfg.rounds)
+	p("**commands/cycle** is commands per acquire + release cycle, counted as cmds/acq counts them and on both rows alike; in\n")
+	p("the uncontended case one acquisition is one cycle, so it equals the cmds/acq column. A target whose numbers the run\n")
+	p("lacks (a row not run or failed, no samples, no counts) is NOT MEASURED, never MET. \"Ahead\" means strictly more\n")
+	p("cycles/s than both peers (a lower recovery p50 in the crash case) in every case of the benchmark.\n\n")
+	if prov := r.provisional(); prov != "" {
+		p("**%s**\n\n", prov)
+	}
 	b.WriteString(r.targetTable().markdown())
 
 	p("\n## Commands per acquisition, by command\n\n")
-	b.WriteString(r.commandMixTable("uncontended", "w8-hold1ms", caseShared).markdown())
+	b.WriteString(r.commandMixTable(caseUncontended, caseW8Hold1ms, caseShared).markdown())
 
 	if notes := r.notes(); len(notes) > 0 {
 		p("\n## Errors during the run\n\n")

@@ -74,7 +74,7 @@ func TestSmoke(t *testing.T) {
 	rep := newReport(rs, env, cfg)
 	text := rep.text()
 	for _, want := range []string{"uncontended, 1 worker", "32 workers, 1 ms hold", "sharing one Locker", "crash recovery",
-		"round trip (RTT): ", "× floor", "handoff p50 (RTTs)", "srv µs/acq", "cmd µs/acq", "issue 15", "verdict"} {
+		"round trip (RTT): ", "× floor", "handoff p50 (RTTs)", "srv µs/acq", "cmd µs/acq", "issue 24", "verdict"} {
 		if !strings.Contains(text, want) {
 			t.Errorf("report lacks %q:\n%s", want, text)
 		}

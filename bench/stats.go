@@ -119,6 +119,17 @@ func (r *result) commandsPerAcquisition() float64 {
 	return r.perAcquisition(float64(r.commands.calls()))
 }
 
+// commandsPerCycle is the Redis commands sent per completed cycle
+// (acquire + hold + release), counted as commandsPerAcquisition counts
+// them. In a throughput case every cycle is one acquisition, so it equals
+// the cmds/acq column; in the crash case a cycle is two acquisitions.
+func (r *result) commandsPerCycle() float64 {
+	if r.cycles == 0 {
+		return 0
+	}
+	return float64(r.commands.calls()) / float64(r.cycles)
+}
+
 // commandMicrosPerAcquisition is the usec of INFO commandstats per
 // successful acquisition: the server's time running the commands, a
 // script's inner commands counted twice (inside the script and on their
