@@ -30,6 +30,7 @@ type recorder struct {
 	faults       map[string]int // faults, by kind
 	faultLog     []FaultAt
 	states       []KeyState
+	doubts       []Doubt // claims a fault may have landed unknown to their client (claimdoubts.go)
 
 	// onAcquired is called, without mu, with the number of acquisitions
 	// recorded so far.
@@ -283,7 +284,7 @@ func (r *recorder) history(mode string, end time.Time) History {
 	h := History{Mode: mode, End: end, Ops: append([]Op(nil), r.ops...), Downtime: append([]Interval(nil), r.down...),
 		Stalls: append([]Interval(nil), r.stalls...), ServerStalls: append([]Interval(nil), r.serverStalls...),
 		Calls: append([]Call(nil), r.calls...), Faults: append([]FaultAt(nil), r.faultLog...),
-		Keys: append([]KeyState(nil), r.states...)}
+		Keys: append([]KeyState(nil), r.states...), Doubts: append([]Doubt(nil), r.doubts...)}
 	for _, id := range r.order {
 		h.Acquisitions = append(h.Acquisitions, *r.acqs[id])
 	}

@@ -1,0 +1,240 @@
+package chaos
+
+import (
+	"bytes"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// The faults of the heard mode, which a client injects below its own
+// go-redis client (faultconn.go), where it sees both what it sends and the
+// messages it receives: a handoff message held up on arrival (its
+// subscription connection stalls), and the claim that follows a handoff
+// delayed, dropped or its reply lost. The fault proxy sees only requests,
+// one at a time: it can neither read a handoff message nor tell a claim
+// from a poll, which take the same script and arguments.
+
+// ClaimFaults are the rates of the heard mode's faults, per client.
+type ClaimFaults struct {
+	// Per claim that follows a handoff: the queued attempt (queued.lua)
+	// whose entry's token a handoff message to this client named, or on
+	// the command path the SET of a value carrying that token (the
+	// watched claim's transaction). Held back for a uniform draw up to
+	// MaxDelay and then sent, whatever the client did meanwhile (past
+	// its read timeout it has given up, and the claim lands late, some
+	// after the provisional value's end); never sent; or sent with every
+	// later reply on its connection lost.
+	DelayRate, DropRate, LoseRate float64
+	MaxDelay                      time.Duration
+	// Per read of the subscription connection that carries a handoff
+	// message: the read is held for a uniform draw up to MaxHold before
+	// the library sees it, and with it everything behind it.
+	HoldRate float64
+	MaxHold  time.Duration
+}
+
+// any reports whether any of the faults is on.
+func (f ClaimFaults) any() bool {
+	return f.DelayRate+f.DropRate+f.LoseRate+f.HoldRate > 0
+}
+
+// The faults the heard mode's clients inject into themselves and report.
+const (
+	FaultClaimDelayed = "claim-delayed" // a claim after a handoff held back, then sent
+	FaultClaimDropped = "claim-dropped" // a claim after a handoff never sent
+	FaultClaimLost    = "claim-lost"    // a claim after a handoff sent, its reply lost
+	FaultHandoffHeld  = "handoff-held"  // a handoff message held up on arrival
+)
+
+// handedRecall is how long after a handoff message a client treats the
+// queued attempts of the token it named as claims: the claim window and
+// then some, for a claim tried again after a failure.
+const handedRecall = 2 * handoffClaimWindow
+
+// claimFate is what happens to one write of a client.
+type claimFate struct {
+	kind  string // "" for none, or one of the claim faults
+	key   string // the lock key it claims
+	delay time.Duration
+}
+
+// claimFaults is one client's state: the tokens handoff messages named
+// lately, and its streams.
+type claimFaults struct {
+	f      ClaimFaults
+	report func(kind, key string) // a fault injected; key is "" for a held message
+
+	mu     sync.Mutex
+	handed map[string]time.Time // token -> when a handoff message named it
+	claims *lockedRand
+	holds  *lockedRand
+}
+
+func newClaimFaults(f ClaimFaults, seed uint64, client string, report func(kind, key string)) *claimFaults {
+	return &claimFaults{f: f, report: report, handed: map[string]time.Time{},
+		claims: lockedStream(seed, "claim-faults/"+client), holds: lockedStream(seed, "handoff-holds/"+client)}
+}
+
+// heard notes the handoff messages in data, read from a subscription
+// connection, and returns how long to hold the read up.
+func (c *claimFaults) heard(data []byte) time.Duration {
+	tokens := handoffTokens(data)
+	if len(tokens) == 0 {
+		return 0
+	}
+	now := time.Now()
+	c.mu.Lock()
+	for t, at := range c.handed {
+		if now.Sub(at) > handedRecall {
+			delete(c.handed, t)
+		}
+	}
+	for _, t := range tokens {
+		c.handed[t] = now
+	}
+	c.mu.Unlock()
+	x, length := c.holds.float64(), c.holds.float64()
+	if x >= c.f.HoldRate {
+		return 0
+	}
+	c.report(FaultHandoffHeld, "")
+	return time.Duration(length * float64(c.f.MaxHold))
+}
+
+// fate draws the fault of a write that carries a claim after a handoff;
+// other writes pass untouched.
+func (c *claimFaults) fate(data []byte) claimFate {
+	key, ok := c.claimIn(data)
+	if !ok {
+		return claimFate{}
+	}
+	x, length := c.claims.float64(), c.claims.float64()
+	out := claimFate{key: key}
+	switch f := c.f; {
+	case x < f.DelayRate:
+		out.kind, out.delay = FaultClaimDelayed, time.Duration(length*float64(f.MaxDelay))
+	case x < f.DelayRate+f.DropRate:
+		out.kind = FaultClaimDropped
+	case x < f.DelayRate+f.DropRate+f.LoseRate:
+		out.kind = FaultClaimLost
+	default:
+		return claimFate{}
+	}
+	c.report(out.kind, key)
+	return out
+}
+
+// claimIn finds, among the commands of one write, a claim of a token a
+// handoff message named lately, and returns its lock key.
+func (c *claimFaults) claimIn(data []byte) (string, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.handed) == 0 {
+		return "", false
+	}
+	for _, args := range parseCommands(data) {
+		key, token, ok := claimOf(args)
+		if !ok {
+			continue
+		}
+		if at, ok := c.handed[token]; ok && time.Since(at) <= handedRecall {
+			return key, true
+		}
+	}
+	return "", false
+}
+
+// claimOf reads the token a command would claim a key with: the queued
+// attempt's script (queuedAttempt), or a plain SET of a value
+// "<end>:<token>", which on the command path only the watched claim sends
+// (acquisitions use SET NX or SETNX, releases write another waiter's token
+// or delete).
+func claimOf(args []string) (key, token string, ok bool) {
+	switch {
+	case len(args) == 0:
+		return "", "", false
+	case queuedAttempt(args):
+		return args[3], strings.TrimPrefix(args[8], ":"), true
+	case strings.EqualFold(args[0], "set") && len(args) == 3 && !strings.HasSuffix(args[1], ".waiters"):
+		_, token, found := strings.Cut(args[2], ":")
+		return args[1], token, found && token != ""
+	}
+	return "", "", false
+}
+
+// handoffPrefix begins every handoff channel's name (the library's
+// handoffChannelPrefix): "setnxlock:handoff:<Locker id>".
+var handoffPrefix = []byte("setnxlock:handoff:")
+
+// handoffTokens reads the tokens named by the handoff messages in data,
+// a chunk of a subscription connection's replies: after each channel name
+// with the prefix comes the payload, "<token>:<key>", as a bulk string.
+// A message cut by the chunk's end is not read.
+func handoffTokens(data []byte) []string {
+	var out []string
+	for {
+		i := bytes.Index(data, handoffPrefix)
+		if i < 0 {
+			return out
+		}
+		data = data[i+len(handoffPrefix):]
+		end := bytes.Index(data, []byte("\r\n"))
+		if end < 0 {
+			return out
+		}
+		payload, rest, ok := bulkString(data[end+2:])
+		if !ok {
+			return out
+		}
+		data = rest
+		if token, _, found := strings.Cut(payload, ":"); found && token != "" {
+			out = append(out, token)
+		}
+	}
+}
+
+// bulkString reads "$<n>\r\n<n bytes>\r\n" from the start of data.
+func bulkString(data []byte) (s string, rest []byte, ok bool) {
+	if len(data) == 0 || data[0] != '$' {
+		return "", nil, false
+	}
+	end := bytes.Index(data, []byte("\r\n"))
+	if end < 0 {
+		return "", nil, false
+	}
+	n, err := strconv.Atoi(string(data[1:end]))
+	if err != nil || n < 0 || len(data) < end+2+n+2 {
+		return "", nil, false
+	}
+	return string(data[end+2 : end+2+n]), data[end+2+n+2:], true
+}
+
+// parseCommands reads the commands in data, each an array of bulk strings
+// as go-redis sends them; it stops at anything else, or at a command cut
+// by the chunk's end.
+func parseCommands(data []byte) [][]string {
+	var out [][]string
+	for len(data) > 0 && data[0] == '*' {
+		end := bytes.Index(data, []byte("\r\n"))
+		if end < 0 {
+			return out
+		}
+		n, err := strconv.Atoi(string(data[1:end]))
+		if err != nil || n <= 0 {
+			return out
+		}
+		data = data[end+2:]
+		args := make([]string, 0, n)
+		for range n {
+			s, rest, ok := bulkString(data)
+			if !ok {
+				return out
+			}
+			args, data = append(args, s), rest
+		}
+		out = append(out, args)
+	}
+	return out
+}
