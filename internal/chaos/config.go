@@ -145,11 +145,9 @@ func (c *Config) modeDefaults(mode string) {
 		// held back up to 1.6 claim windows lands after the provisional
 		// end (some past the client's read timeout, after it gave up), or
 		// never; a handoff heard up to 1.2 claim windows late is heard
-		// after that end. Fewer acquisitions: the mode's share of make
-		// chaos is a minute.
+		// after that end.
 		c.Claims = ClaimFaults{DelayRate: 0.1, DropRate: 0.05, LoseRate: 0.05, MaxDelay: handoffClaimWindow * 8 / 5,
 			HoldRate: 0.1, MaxHold: handoffClaimWindow * 6 / 5}
-		c.Acquisitions = 6000
 	case ModeFormats:
 		// UnixSeconds leases last up to two seconds: more keys keep the run
 		// going while crashed holders' keys wait out their leases.
