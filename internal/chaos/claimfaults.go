@@ -147,15 +147,15 @@ func (c *claimFaults) claimIn(data []byte) (string, bool) {
 }
 
 // claimOf reads the token a command would claim a key with: the queued
-// attempt's script (queuedAttempt), or a plain SET of a value
-// "<end>:<token>", which on the command path only the watched claim sends
-// (acquisitions use SET NX or SETNX, releases write another waiter's token
-// or delete).
+// attempt's script (queuedAttempt), a claim script (claimScript), or a
+// plain SET of a value "<end>:<token>", which on the command path only
+// the watched claim sends (acquisitions use SET NX or SETNX, releases
+// write another waiter's token or delete).
 func claimOf(args []string) (key, token string, ok bool) {
 	switch {
 	case len(args) == 0:
 		return "", "", false
-	case queuedAttempt(args):
+	case queuedAttempt(args) || claimScript(args):
 		return args[3], strings.TrimPrefix(args[8], ":"), true
 	case strings.EqualFold(args[0], "set") && len(args) == 3 && !strings.HasSuffix(args[1], ".waiters"):
 		_, token, found := strings.Cut(args[2], ":")
@@ -164,13 +164,31 @@ func claimOf(args []string) (key, token string, ok bool) {
 	return "", "", false
 }
 
+// claimScript recognises the claim of a handoff heard where claims are
+// a script of their own (issue 24's claim.lua, EVAL or EVALSHA): the
+// lock key and its queue, then our value, the safety net, our entry
+// "<Locker id>:<token>", the suffix ":<token>" the value and the entry
+// end with, and our value's end.
+func claimScript(args []string) bool {
+	if len(args) != 10 || args[2] != "2" {
+		return false
+	}
+	name := strings.ToLower(args[0])
+	argv := args[5:]
+	suffix := argv[3]
+	return (name == "evalsha" || name == "eval") && strings.HasSuffix(args[4], ".waiters") && strings.HasPrefix(suffix, ":") &&
+		strings.HasSuffix(argv[2], suffix) && strings.HasSuffix(argv[0], suffix)
+}
+
 // handoffPrefix begins every handoff channel's name (the library's
 // handoffChannelPrefix): "setnxlock:handoff:<Locker id>".
 var handoffPrefix = []byte("setnxlock:handoff:")
 
 // handoffTokens reads the tokens named by the handoff messages in data,
 // a chunk of a subscription connection's replies: after each channel name
-// with the prefix comes the payload, "<token>:<key>", as a bulk string.
+// with the prefix comes the payload, "<token>:<key>" (or, with issue 24's
+// provisional holds, "<token>:<end>:<key>"), as a bulk string.
+// (The chaos keys hold no separator.)
 // A message cut by the chunk's end is not read.
 func handoffTokens(data []byte) []string {
 	var out []string
@@ -189,8 +207,10 @@ func handoffTokens(data []byte) []string {
 			return out
 		}
 		data = rest
-		if token, _, found := strings.Cut(payload, ":"); found && token != "" {
-			out = append(out, token)
+		// "<token>::<key>" is a wake-up on the waiter's channel, to race
+		// for a key left free: no handoff, no claim follows.
+		if parts := strings.SplitN(payload, ":", 3); len(parts) >= 2 && parts[0] != "" && !(len(parts) == 3 && parts[1] == "") {
+			out = append(out, parts[0])
 		}
 	}
 }

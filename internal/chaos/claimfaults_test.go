@@ -31,10 +31,12 @@ func resp(args ...string) string {
 
 func TestHandoffMessagesAreReadOffTheSubscriptionConnection(t *testing.T) {
 	resp2 := resp("message", "setnxlock:handoff:LOCKER", "TOKEN1:chaos.k1")
-	resp3 := ">" + strings.TrimPrefix(resp("message", "setnxlock:handoff:LOCKER", "TOKEN2:chaos.k2"), "*")
+	resp3 := ">" + strings.TrimPrefix(resp("message", "setnxlock:handoff:LOCKER", "TOKEN2:1700000000250.0:chaos.k2"), "*") // with the provisional end
 	wake := resp("message", "setnxlock:released:chaos.k3", "chaos.k3")
 	assert.Equal(t, []string{"TOKEN1", "TOKEN2"}, handoffTokens([]byte(resp2+wake+resp3)))
 	assert.Empty(t, handoffTokens([]byte(wake)), "a wake-up names no waiter")
+	assert.Empty(t, handoffTokens([]byte(resp("message", "setnxlock:handoff:LOCKER", "TOKEN3::chaos.k3"))),
+		"a wake-up on the waiter's own channel (no provisional end) hands nothing")
 	assert.Empty(t, handoffTokens([]byte(resp2[:len(resp2)-6])), "a message cut by the chunk's end is not read")
 }
 
@@ -43,6 +45,10 @@ func TestClaimsAreRecognisedOnBothPaths(t *testing.T) {
 	key, token, ok := claimOf(queued)
 	assert.True(t, ok)
 	assert.Equal(t, []string{"chaos.k1", "TOKEN"}, []string{key, token}, "the scripted claim")
+	claim := []string{"evalsha", "abc", "2", "chaos.k1", "{chaos.k1}.waiters", "123:TOKEN", "600", "ID:TOKEN", ":TOKEN", "123"}
+	key, token, ok = claimOf(claim)
+	assert.True(t, ok)
+	assert.Equal(t, []string{"chaos.k1", "TOKEN"}, []string{key, token}, "a claim script's (issue 24's claim.lua)")
 	key, token, ok = claimOf([]string{"set", "chaos.k2", "123:TOKEN"})
 	assert.True(t, ok)
 	assert.Equal(t, []string{"chaos.k2", "TOKEN"}, []string{key, token}, "the command path's watched claim")
