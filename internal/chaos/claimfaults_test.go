@@ -31,7 +31,8 @@ func resp(args ...string) string {
 
 func TestHandoffMessagesAreReadOffTheSubscriptionConnection(t *testing.T) {
 	resp2 := resp("message", "setnxlock:handoff:LOCKER", "TOKEN1:chaos.k1")
-	resp3 := ">" + strings.TrimPrefix(resp("message", "setnxlock:handoff:LOCKER", "TOKEN2:1700000000250.0:chaos.k2"), "*") // with the provisional end
+	withEnd := fmt.Sprintf("TOKEN2:%d.0:chaos.k2", time.Now().Add(handoffClaimWindow).UnixMilli()) // with the provisional end
+	resp3 := ">" + strings.TrimPrefix(resp("message", "setnxlock:handoff:LOCKER", withEnd), "*")
 	wake := resp("message", "setnxlock:released:chaos.k3", "chaos.k3")
 	assert.Equal(t, []string{"TOKEN1", "TOKEN2"}, handoffTokens([]byte(resp2+wake+resp3)))
 	assert.Empty(t, handoffTokens([]byte(wake)), "a wake-up names no waiter")
