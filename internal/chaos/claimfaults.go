@@ -18,14 +18,17 @@ import (
 
 // ClaimFaults are the rates of the heard mode's faults, per client.
 type ClaimFaults struct {
-	// Per claim that follows a handoff: the queued attempt (queued.lua)
-	// whose entry's token a handoff message to this client named, or on
-	// the command path the SET of a value carrying that token (the
-	// watched claim's transaction). Held back for a uniform draw up to
-	// MaxDelay and then sent, whatever the client did meanwhile (past
-	// its read timeout it has given up, and the claim lands late, some
-	// after the provisional value's end); never sent; or sent with every
-	// later reply on its connection lost.
+	// Per handoff, for every claim that follows it: the queued attempt
+	// (queued.lua) or claim script whose entry's token a handoff message
+	// to this client named, or on the command path the SET of a value
+	// carrying that token (the watched claim's transaction). Each such
+	// claim is held back for a uniform draw up to MaxDelay and then sent,
+	// whatever the client did meanwhile (past its read timeout it has
+	// given up, and the claim lands late, some after the provisional
+	// value's end); or never sent; or sent with every later reply on its
+	// connection lost. The fate is drawn once per handoff, so that a
+	// library that sends its claim again after a failure (H5) sees the
+	// claim fail for good, and its Lock must end.
 	DelayRate, DropRate, LoseRate float64
 	MaxDelay                      time.Duration
 	// Per read of the subscription connection that carries a handoff
@@ -67,13 +70,21 @@ type claimFaults struct {
 	report func(kind, key string) // a fault injected; key is "" for a held message
 
 	mu     sync.Mutex
-	handed map[string]time.Time // token -> when a handoff message named it
+	handed map[string]handoff // by the token a handoff message named
 	claims *lockedRand
 	holds  *lockedRand
 }
 
+// handoff is one handoff heard: when, and the fate of its claims once
+// the first is drawn.
+type handoff struct {
+	at    time.Time
+	drawn bool
+	kind  string // "" for none, or one of the claim faults
+}
+
 func newClaimFaults(f ClaimFaults, seed uint64, client string, report func(kind, key string)) *claimFaults {
-	return &claimFaults{f: f, report: report, handed: map[string]time.Time{},
+	return &claimFaults{f: f, report: report, handed: map[string]handoff{},
 		claims: lockedStream(seed, "claim-faults/"+client), holds: lockedStream(seed, "handoff-holds/"+client)}
 }
 
@@ -86,13 +97,13 @@ func (c *claimFaults) heard(data []byte) time.Duration {
 	}
 	now := time.Now()
 	c.mu.Lock()
-	for t, at := range c.handed {
-		if now.Sub(at) > handedRecall {
+	for t, h := range c.handed {
+		if now.Sub(h.at) > handedRecall {
 			delete(c.handed, t)
 		}
 	}
 	for _, t := range tokens {
-		c.handed[t] = now
+		c.handed[t] = handoff{at: now}
 	}
 	c.mu.Unlock()
 	x, length := c.holds.float64(), c.holds.float64()
@@ -103,47 +114,57 @@ func (c *claimFaults) heard(data []byte) time.Duration {
 	return time.Duration(length * float64(c.f.MaxHold))
 }
 
-// fate draws the fault of a write that carries a claim after a handoff;
-// other writes pass untouched.
+// fate is the fault of a write that carries a claim after a handoff,
+// drawn at the handoff's first claim; other writes pass untouched.
 func (c *claimFaults) fate(data []byte) claimFate {
-	key, ok := c.claimIn(data)
-	if !ok {
+	key, kind, ok := c.claimIn(data)
+	if !ok || kind == "" {
 		return claimFate{}
 	}
-	x, length := c.claims.float64(), c.claims.float64()
-	out := claimFate{key: key}
-	switch f := c.f; {
-	case x < f.DelayRate:
-		out.kind, out.delay = FaultClaimDelayed, time.Duration(length*float64(f.MaxDelay))
-	case x < f.DelayRate+f.DropRate:
-		out.kind = FaultClaimDropped
-	case x < f.DelayRate+f.DropRate+f.LoseRate:
-		out.kind = FaultClaimLost
-	default:
-		return claimFate{}
+	out := claimFate{key: key, kind: kind}
+	if kind == FaultClaimDelayed {
+		out.delay = time.Duration(c.claims.float64() * float64(c.f.MaxDelay))
 	}
 	c.report(out.kind, key)
 	return out
 }
 
 // claimIn finds, among the commands of one write, a claim of a token a
-// handoff message named lately, and returns its lock key.
-func (c *claimFaults) claimIn(data []byte) (string, bool) {
+// handoff message named lately, and returns its lock key and the fate of
+// that handoff's claims.
+func (c *claimFaults) claimIn(data []byte) (key, kind string, ok bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if len(c.handed) == 0 {
-		return "", false
+		return "", "", false
 	}
 	for _, args := range parseCommands(data) {
 		key, token, ok := claimOf(args)
 		if !ok {
 			continue
 		}
-		if at, ok := c.handed[token]; ok && time.Since(at) <= handedRecall {
-			return key, true
+		if h, ok := c.handed[token]; ok && time.Since(h.at) <= handedRecall {
+			if !h.drawn {
+				h.drawn, h.kind = true, c.draw()
+				c.handed[token] = h
+			}
+			return key, h.kind, true
 		}
 	}
-	return "", false
+	return "", "", false
+}
+
+// draw is the fate of one handoff's claims.
+func (c *claimFaults) draw() string {
+	switch x, f := c.claims.float64(), c.f; {
+	case x < f.DelayRate:
+		return FaultClaimDelayed
+	case x < f.DelayRate+f.DropRate:
+		return FaultClaimDropped
+	case x < f.DelayRate+f.DropRate+f.LoseRate:
+		return FaultClaimLost
+	}
+	return ""
 }
 
 // claimOf reads the token a command would claim a key with: the queued

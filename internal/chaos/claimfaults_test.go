@@ -69,6 +69,26 @@ func TestClaimsAreRecognisedOnBothPaths(t *testing.T) {
 	c.heard([]byte(resp("message", "setnxlock:handoff:ID", "TOKEN:chaos.k2")))
 	assert.Equal(t, claimFate{kind: FaultClaimDropped, key: "chaos.k2"}, c.fate([]byte(pipeline)), "a claim after the handoff")
 	assert.Equal(t, claimFate{}, c.fate([]byte(resp("set", "chaos.k2", "123:OTHER"))), "another token's")
+
+	// One fate per handoff: a claim sent again after a failure meets it again.
+	c = newClaimFaults(ClaimFaults{DropRate: 0.5}, 1, "g0.0", func(string, string) {})
+	kinds := map[string]map[string]bool{}
+	for i := range 20 {
+		token := fmt.Sprintf("T%d", i)
+		c.heard([]byte(resp("message", "setnxlock:handoff:ID", token+":chaos.k2")))
+		kinds[token] = map[string]bool{}
+		for range 5 {
+			kinds[token][c.fate([]byte(resp("set", "chaos.k2", "123:"+token))).kind] = true
+		}
+	}
+	dropped := 0
+	for token, seen := range kinds {
+		assert.Len(t, seen, 1, "every claim of %s met the same fate", token)
+		if seen[FaultClaimDropped] {
+			dropped++
+		}
+	}
+	assert.True(t, dropped > 0 && dropped < 20, "some handoffs' claims dropped, not all: %d", dropped)
 }
 
 // claimsOnARealServer is a client of a redis-server whose connections carry
