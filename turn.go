@@ -74,8 +74,13 @@ func (k *Lock) inTurn(ctx context.Context, verb string, body func() error, overd
 			}
 			return err
 		case <-k.lease.done:
-			if k.Err() == nil {
-				return <-result // our own body released the lock: its answer is on its way
+			if over := k.Err(); over == nil || !errors.As(over, new(ranOut)) {
+				// Only a body in the Lock's turn ends its life other than by
+				// the clock (finish), and we hold the turn: our own body
+				// released the lock or found it lost, and returns at once.
+				// Its answer, and the turn, are on their way: a call made
+				// right after this one finds the turn free.
+				return <-result // bounded: the body is past its round trip
 			}
 			select {
 			case err := <-result: // answered at the same instant: its own word
