@@ -48,22 +48,29 @@ var aclFeatures = []aclFeature{
 	// Renewals are refreshes (+set); the term is a fencing token (+incr).
 	{name: "leader election: Campaign, Leader, Resign", rules: "~{lock.*}.election ~{lock.*}.election.fence ~{lock.*}.leader +incr +set", use: useElection},
 
-	{name: "optional: scripted fast path", rules: "+evalsha +eval", use: useCore, scripted: true,
+	// The scripts write with SET NX PX (acquire.lua, queued.lua).
+	{name: "optional: scripted fast path", rules: "+evalsha +eval +set", use: useCore, scripted: true,
 		optional: refusedCommands("evalsha", "eval")},
-	// The release script remembers each release for the rest of its lease
-	// (releasedKey), so that a release go-redis resent after a lost reply
-	// knows its own work (H5) instead of reporting the lease lost.
-	{name: "optional: a resent release knows its own work", rules: "+evalsha +eval +zadd +zscore +zremrangebyscore +pttl ~{lock.*}.released", use: useReleaseMarker, scripted: true,
+	// The key's marker (releasedKey): ForceRelease leaves the trace of the
+	// token it broke there, so that the broken holder's Release reports
+	// ErrNotHeld (forcetrace.go); the release script of a bare value
+	// remembers itself there, so that a copy go-redis resent after a lost
+	// reply knows its own work (H5).
+	{name: "optional: a forced release leaves its trace", rules: "+zadd +zscore +zremrangebyscore +pttl +zcard ~{lock.*}.released ~{lock.*}.waiters", use: useReleaseMarker,
 		optional: func(e *redis.ACLLogEntry) bool {
 			return refusedCommands("zremrangebyscore")(e) || e.Reason == "key" && strings.HasSuffix(e.Object, ".released")
 		}},
+	// SET NX PX, and SET NX PX GET on Redis 7.0: sent alone, not from a
+	// script (whose SET the scripts' rules grant).
 	{name: "optional: SET NX PX fast path", rules: "+set", use: useCore,
-		optional: refusedCommands("set")},
+		optional: func(e *redis.ACLLogEntry) bool { return refusedCommands("set")(e) && e.Context != "lua" }},
 	// A subscription idle for 3s also gets a PING from go-redis's health
 	// check (PubSub.Channel's default), refused without +ping: too slow to
 	// exercise here, so either grant +ping or have the library subscribe
 	// with redis.WithChannelHealthCheckInterval(0).
-	{name: "optional: pub/sub wake-ups", rules: "+publish +subscribe &setnxlock:released:lock.*", use: useWakeups,
+	// A wait on wake-ups lists itself in the key's queue (wakelisten.go),
+	// so that a release that hands over publishes for it.
+	{name: "optional: pub/sub wake-ups", rules: "+publish +subscribe &setnxlock:released:lock.* +zadd +pttl +zrem ~{lock.*}.waiters", use: useWakeups,
 		optional: func(e *redis.ACLLogEntry) bool {
 			return refusedCommands("publish", "subscribe")(e) || e.Reason == "channel" && strings.HasPrefix(e.Object, WakeChannel(""))
 		}},
@@ -527,8 +534,11 @@ func useServerClock(u *aclUser) error {
 // releases; the holder's release publishes and hands the lock over.
 func useWakeups(u *aclUser) error {
 	// Bare values: Lockers that cannot queue wait for wake-ups whatever
-	// the user may do (see handoff.go).
-	holder, err := u.locker(WithFormat(UnixMillis)).TryAcquire(ctx, "lock.wake")
+	// the user may do (see handoff.go). The holder is a Locker that hands
+	// over (of a user allowed everything), whose release publishes only
+	// for a waiter listed in the key's queue; the waiter's backoff is an
+	// hour, so only the wake-up can serve it.
+	holder, err := u.lockerOn(u.server.admin, WithFormat(UnixMillis)).TryAcquire(ctx, "lock.wake")
 	if err != nil {
 		return err
 	}
@@ -536,16 +546,17 @@ func useWakeups(u *aclUser) error {
 	defer cancel()
 	acquired := make(chan error, 1)
 	go func() {
-		lock, err := u.locker(WithFormat(UnixMillis)).Acquire(waitCtx, "lock.wake")
+		lock, err := u.locker(WithFormat(UnixMillis), WithBackoff(time.Hour, time.Hour)).Acquire(waitCtx, "lock.wake")
 		if err == nil {
 			err = lock.Release(ctx)
 		}
 		acquired <- err
 	}()
-	// Release only once the waiter has subscribed, or been refused.
-	for !u.subscribed(WakeChannel("lock.wake")) {
+	// Release only once the waiter has subscribed and listed itself in
+	// the key's queue (wakelisten.go), or been refused.
+	for !u.subscribed(WakeChannel("lock.wake")) || !u.listed("lock.wake") {
 		if waitCtx.Err() != nil {
-			return errors.New("the waiter neither subscribed nor was refused")
+			return errors.New("the waiter neither subscribed and listed itself nor was refused")
 		}
 		time.Sleep(time.Millisecond)
 	}
@@ -590,6 +601,7 @@ func handoffWith(u *aclUser, byScripts bool, opts ...Option) error {
 	acquired := make(chan *Lock, 1)
 	go func() {
 		lock, _ := u.locker(opts...).Acquire(waitCtx, key)
+		claimSettled(lock)
 		acquired <- lock
 	}()
 	for u.server.admin.ZCard(ctx, waitersKey(key)).Val() == 0 {
@@ -617,6 +629,16 @@ func handoffWith(u *aclUser, byScripts bool, opts ...Option) error {
 
 // subscribed reports whether someone listens on channel, or the user was
 // refused a subscription.
+// listed reports whether a wait on key's wake-ups listed itself in the
+// key's queue, or was refused.
+func (u *aclUser) listed(key string) bool {
+	n, err := u.server.admin.ZCard(ctx, waitersKey(key)).Result()
+	require.NoError(u.t, err)
+	return n > 0 || slices.ContainsFunc(u.refusals(), func(r string) bool {
+		return r == "command zadd" || r == "command pttl" || r == "key "+waitersKey(key)
+	})
+}
+
 func (u *aclUser) subscribed(channel string) bool {
 	n, err := u.server.admin.PubSubNumSub(ctx, channel).Result()
 	require.NoError(u.t, err)
@@ -631,23 +653,24 @@ func (u *aclUser) subscribed(channel string) bool {
 	return false
 }
 
-// useReleaseMarker: a scripted release leaves the marker by which a copy
-// of it resent after a lost reply recognises its own work; the copy, run
-// again here as go-redis would resend it, does.
+// useReleaseMarker: ForceRelease leaves the trace of the token it broke
+// in the key's marker, by which the broken holder's Release reports
+// ErrNotHeld rather than take the missing key for its own earlier release
+// (H5, forcetrace.go).
 func useReleaseMarker(u *aclUser) error {
 	l := u.locker()
 	lock, err := l.TryAcquire(ctx, "lock.marked")
 	if err != nil {
 		return fmt.Errorf("acquire: %w", err)
 	}
-	if err := lock.Release(ctx); err != nil {
-		return fmt.Errorf("release: %w", err)
+	if _, err := u.locker().ForceRelease(ctx, "lock.marked"); err != nil {
+		return fmt.Errorf("force release: %w", err)
+	}
+	if err := lock.Release(ctx); !errors.Is(err, ErrNotHeld) {
+		return fmt.Errorf("the broken holder's release did not see the trace: %v", err)
 	}
 	if !l.caps.allows(capReleaseMarker) {
 		return errors.New("the release marker was switched off")
-	}
-	if ours, err := l.runRelease(ctx, lock, true, false); err != nil || !ours {
-		return fmt.Errorf("the resent release did not know its own work: %v, %v", ours, err)
 	}
 	return nil
 }

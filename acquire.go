@@ -176,7 +176,11 @@ func (l *Locker) recognise(key, current string, attempt stamp, now time.Time) (s
 
 // Acquire takes the lock on key, waiting while another client holds it.
 // Where it can it queues on the key, and a Locker's Release hands it the
-// lock directly, in order of arrival (handoff.go; see Locker.Close);
+// lock directly, in order of arrival (handoff.go; see Locker.Close). A
+// lock handed over is returned as soon as the Locker hears of it, while
+// its claim is still on its way: until the claim is confirmed its lease
+// (ExpiresAt) is the handoff's, 250ms at most, and a claim that fails
+// ends the lock as lost (Done, Err) no later than that (heard.go);
 // otherwise it is woken as soon as a Locker releases the key (pub/sub, see
 // WakeChannel). Either way it also retries with exponential backoff and
 // jitter (WithBackoff), never sleeping much past the holder's lease when
@@ -193,7 +197,13 @@ func (l *Locker) Acquire(ctx context.Context, key string) (lock *Lock, err error
 	}()
 	var notReplicated error // the last win the replicas did not acknowledge (WithReplicas): why Acquire never got the lock
 	for {
-		lock, held, err := l.tryAcquire(ctx, key, w.nextQueued(ctx))
+		if lock := w.holdHeard(); lock != nil {
+			w.tookKey() // the release took the entry off the queue; so does the claim
+			return lock, nil
+		}
+		queuedWait := w.nextQueued(ctx)
+		w.listen(ctx) // on wake-ups: before the attempt it relies on them after
+		lock, held, err := l.tryAcquire(ctx, key, queuedWait)
 		if err == nil {
 			w.tookKey()
 			return lock, nil

@@ -118,6 +118,7 @@ func stalledWaiterOn(t *testing.T, b *backend, client *redis.Client, key string,
 			w.failed <- err
 			return
 		}
+		claimSettled(lock)
 		w.acquired <- lock
 	}()
 	return w
@@ -142,7 +143,7 @@ func TestAReleaseLetsWaitersBargeWhileTheFirstHasWaitedLessThanTheThreshold(t *t
 
 		require.NoError(t, holder.Release(ctx))
 		msg := await.Recv(t, heard, "the first waiter woken by the release")
-		assert.Equal(t, entryToken(entries[0])+":lock.k", msg.Payload)
+		assert.Equal(t, entryToken(entries[0])+"::lock.k", msg.Payload, "a wake-up: no provisional end")
 		assert.Equal(t, "<missing>", b.value(t, "lock.k"), "the key is freed: no value is written for a waiter that has not waited the threshold")
 		assert.Equal(t, entries, b.queuedNow("lock.k"), "the woken waiter keeps its place")
 
@@ -193,7 +194,7 @@ func TestAWokenWaiterThatLeavesWakesTheNextInLine(t *testing.T) {
 		require.True(t, errors.Is(err, context.Canceled), "%v", err)
 
 		msg := await.Recv(t, nextHeard, "the next in line woken by the first one's leave")
-		assert.Equal(t, entryToken(entries[1])+":lock.k", msg.Payload)
+		assert.Equal(t, entryToken(entries[1])+"::lock.k", msg.Payload, "a wake-up: no provisional end")
 		lock := await.Recv(t, next.acquired, "the next waiter's Acquire")
 		require.NoError(t, lock.Release(ctx))
 	})

@@ -11,9 +11,10 @@ type capability int
 const (
 	capScripts       capability = iota // EVALSHA/EVAL: the scripted path (scripts.go)
 	capSetNXPX                         // SET key value NX PX: SETNX and its safety net in one command
+	capSetGet                          // SET key value NX PX GET (Redis 7.0): an unqueued attempt's first step in one command (setget.go)
 	capPubSub                          // PUBLISH on release and SUBSCRIBE while waiting: wake-ups (wakeup.go)
 	capQueue                           // the queue of waiters and the handoff channel (protocol.go, handoff.go)
-	capReleaseMarker                   // the release script's memory of its releases (releasedKey, H5)
+	capReleaseMarker                   // the key's marker: ForceRelease's trace, bare values' scripted releases (releasedKey, H5)
 	capabilityCount
 )
 

@@ -26,9 +26,9 @@ const maxHandOns = 16
 // it was, what goes wrong handing on costs the claim window, and is not
 // the caller's failure.
 func (q commandQueue) handOnOwned(ctx context.Context, key string, owned func(string) bool, barge time.Duration) (bool, error) {
-	ours := false
+	ours, listeners := false, false
 	for range maxHandOns {
-		step, err := q.handOnce(ctx, key, owned, barge)
+		step, err := q.handOnce(ctx, key, owned, barge, listeners)
 		if !ours && errors.Is(err, redis.TxFailedErr) {
 			// The queue kept changing under the watch (waiters arriving,
 			// leaving): release as if nobody queued, and wake the first in
@@ -44,7 +44,8 @@ func (q commandQueue) handOnOwned(ctx context.Context, key string, owned func(st
 		}
 		ours = true
 		if err == nil && step.malformed != "" {
-			continue // dropped a first entry that is not one: the key is still ours, for the next
+			listeners = true // woken by the step that frees or hands the key
+			continue         // dropped a first entry that is not one: the key is still ours, for the next
 		}
 		if err != nil || !step.written || !step.unheard() || !step.handed {
 			return true, nil // handed and heard, freed, or moved on since
@@ -60,12 +61,15 @@ func (q commandQueue) handOnOwned(ctx context.Context, key string, owned func(st
 // handStep is one transaction of the hand-on loop: what it read of the
 // queue, what it decided and what it wrote.
 type handStep struct {
-	head        *headOf // the first waiter, if any
-	malformed   string  // a first entry that is not one: dropped alone, the key left as it is
-	handed      bool    // the key was handed to head; else freed, and head woken
-	provisional string  // the value written for head, when handed
+	head        *headOf       // the first waiter, if any
+	malformed   string        // a first entry that is not one: dropped alone, the key left as it is
+	handed      bool          // the key was handed to head; else freed, and head woken
+	provisional string        // the value written for head, when handed
+	end         string        // the end provisional states, as written (provisionalEnd)
+	net         time.Duration // provisional's server expiry (provisionalNet)
 	heard       *redis.IntCmd
 	written     bool
+	listeners   bool // earlier steps took listeners off the queue (protocol.go): wake them
 }
 
 // unheard reports whether the step announced the key to a waiter whose
@@ -75,7 +79,9 @@ func (s *handStep) unheard() bool { return s.written && s.heard != nil && s.hear
 // writeTo adds the step's writes to pipe: the drop of a first entry that
 // is not one (as handon.lua skips it, the key is then handed to the next
 // in line), the handoff (write, then announce), or the delete, the wake-up
-// of the key's waiters and of the first in line.
+// of the key's waiters and of the first in line. The key's wake channel
+// hears of it only when the queue held anyone, a listener included: an
+// uncontended release publishes nothing nobody hears.
 func (s *handStep) writeTo(ctx context.Context, pipe redis.Pipeliner, key string) {
 	waiters := waitersKey(key)
 	if s.malformed != "" {
@@ -85,21 +91,26 @@ func (s *handStep) writeTo(ctx context.Context, pipe redis.Pipeliner, key string
 	if s.handed {
 		pipe.ZRem(ctx, waiters, s.head.member)
 		pipe.Set(ctx, key, s.provisional, 0)
-		pipe.PExpire(ctx, key, claimWindow)
-		s.heard = pipe.Publish(ctx, handoffChannel(s.head.locker), formatPayload(s.head.token, key)) // write, then announce
+		pipe.PExpire(ctx, key, s.net)                                                                       // H6: not before the end it states, until which its waiter may hold on it
+		s.heard = pipe.Publish(ctx, handoffChannel(s.head.locker), formatPayload(s.head.token, s.end, key)) // write, then announce
+		if s.listeners {
+			pipe.Publish(ctx, WakeChannel(key), key)
+		}
 		return
 	}
 	pipe.Del(ctx, key)
-	pipe.Publish(ctx, WakeChannel(key), key)
+	if s.head != nil || s.listeners {
+		pipe.Publish(ctx, WakeChannel(key), key)
+	}
 	if s.head != nil { // wake it to race for the key; it keeps its place
-		s.heard = pipe.Publish(ctx, handoffChannel(s.head.locker), formatPayload(s.head.token, key))
+		s.heard = pipe.Publish(ctx, handoffChannel(s.head.locker), formatPayload(s.head.token, "", key))
 	}
 }
 
 // handOnce is one watched transaction of handOnOwned: WATCH key and its
 // queue with GET and the head of the queue, then, if owned, the step. A
 // wake-up nobody heard takes that entry off the queue and wakes the next.
-func (q commandQueue) handOnce(ctx context.Context, key string, owned func(string) bool, barge time.Duration) (handStep, error) {
+func (q commandQueue) handOnce(ctx context.Context, key string, owned func(string) bool, barge time.Duration, listeners bool) (handStep, error) {
 	waiters := waitersKey(key)
 	var head *redis.ZSliceCmd
 	var step handStep
@@ -113,10 +124,11 @@ func (q commandQueue) handOnce(ctx context.Context, key string, owned func(strin
 				return err
 			}
 			now := q.l.cfg.clock.Now()
-			step = handStep{head: h, malformed: malformed}
+			step = handStep{head: h, malformed: malformed, listeners: listeners}
 			step.handed = h != nil && (barge == 0 || now.Sub(h.since) >= barge) // 0: whatever the clocks
 			if step.handed {
 				step.provisional = provisionalValue(now, h.token)
+				step.end, step.net = provisionalEnd(now), q.l.provisionalNet()
 			}
 			step.writeTo(ctx, pipe, key)
 			return nil
@@ -170,6 +182,6 @@ func (q commandQueue) wakeHead(ctx context.Context, key string) {
 		return
 	}
 	if locker, token, ok := parseEntry(zs[0]); ok {
-		_ = q.l.client.Publish(ctx, handoffChannel(locker), formatPayload(token, key)).Err()
+		_ = q.l.client.Publish(ctx, handoffChannel(locker), formatPayload(token, "", key)).Err()
 	}
 }

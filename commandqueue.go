@@ -117,13 +117,28 @@ func (q commandQueue) enqueue(ctx context.Context, entry *queueEntry, ours stamp
 // the queue, in one watched transaction. SET then PEXPIRE, not SET PX:
 // classic servers take it too.
 func (q commandQueue) claimHanded(ctx context.Context, key string, ours stamp, entry *queueEntry) (bool, error) {
+	claimed, _, err := q.claim(ctx, key, ours, entry)
+	return claimed, err
+}
+
+// claim is claimHanded, reporting the value it last found when it wrote
+// nothing.
+func (q commandQueue) claim(ctx context.Context, key string, ours stamp, entry *queueEntry) (bool, string, error) {
 	net := q.l.safetyNet(ours.length())
-	claimable := func(current string) bool { return entry.claimable(current, ours) }
-	return q.l.compareAndWrite(ctx, key, claimable, func(pipe redis.Pipeliner) {
+	var found string
+	claimable := func(current string) bool {
+		found = current
+		return entry.claimable(current, ours)
+	}
+	claimed, err := q.l.compareAndWrite(ctx, key, claimable, func(pipe redis.Pipeliner) {
 		pipe.Set(ctx, key, ours.value, 0)
 		pipe.PExpire(ctx, key, net)
 		pipe.ZRem(ctx, waitersKey(key), entry.member)
 	})
+	if claimed {
+		found = ""
+	}
+	return claimed, found, err
 }
 
 // handOn hands k's key on (handOnOwned). A refused handoff stops the

@@ -363,7 +363,9 @@ func TestAReleaseIsNotFailedByWaitersRefreshingTheQueue(t *testing.T) {
 
 // F5. H7 at Release: a lock whose key was replaced by a key of another
 // type is not ours. The scripts (release.lua) and the non-queueing
-// commands (compareAndWrite) report ErrNotHeld and leave the key alone;
+// commands (compareAndWrite) leave the key alone (and Release reports nil:
+// while our lease is live, a key no longer ours is our own earlier
+// release's work, H5);
 // the command-path handoff (handOnce) returns the WRONGTYPE as a failure
 // of the release, leaving the Lock in doubt, and a second Release fails
 // the same way.
@@ -375,7 +377,9 @@ func TestReleaseOfAKeyReplacedByAListIsNotHeldOnEveryPath(t *testing.T) {
 		require.NoError(t, b.raw.RPush(ctx, "lock.k", "a").Err())
 
 		err = lock.Release(ctx)
-		assert.ErrorIs(t, err, ErrNotHeld, "%v", err)
+		// Not ours while our lease is live: taken for our own earlier
+		// release whose reply was lost (H5, forcetrace.go), so nil.
+		assert.NoError(t, err)
 		assert.Equal(t, []string{"a"}, b.raw.LRange(ctx, "lock.k", 0, -1).Val())
 	})
 }

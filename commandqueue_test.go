@@ -42,8 +42,8 @@ func TestAHandoffNobodyHeardIsHandedOnToTheNextWaiter(t *testing.T) {
 // whether it has.
 func loseTheFirstWin(c *redis.Client) *atomic.Bool {
 	lost := new(atomic.Bool) // the hook runs on every goroutine of the client, its subscription's dial included
-	c.AddHook(stallHook{before: func(context.Context) {}, after: func(ctx context.Context, cmd redis.Cmder) error {
-		if ctx.Value(workerMark{}) != nil && wonKey(cmd) && lost.CompareAndSwap(false, true) {
+	c.AddHook(stallHook{before: func(context.Context) {}, after: func(ctx context.Context, cmd redis.Cmder, err error) error {
+		if ctx.Value(workerMark{}) != nil && wonKey(cmd, err) && lost.CompareAndSwap(false, true) {
 			return errLostReply{}
 		}
 		return nil
@@ -67,6 +67,7 @@ func TestAQueuedWinWhoseReplyWasLostIsClaimedAndLeavesTheQueue(t *testing.T) {
 		go func() {
 			lock, err := l.Acquire(context.WithValue(await.Context(t), workerMark{}, 1), "lock.k")
 			assert.NoError(t, err)
+			claimSettled(lock)
 			acquired <- lock
 		}()
 		entry := b.queued(t, "lock.k", 1)[0]

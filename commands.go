@@ -23,8 +23,12 @@ type commandPath struct{ l *Locker }
 // queue is the command transport of the queue protocol.
 func (p commandPath) queue() queueTransport { return commandQueue(p) }
 
-// claim is SETNX (or SET NX PX) and, when the key exists, GET.
+// claim is SET NX PX GET where the server has it (setget.go), else SETNX
+// (or SET NX PX) and, when the key exists, GET.
 func (p commandPath) claim(ctx context.Context, key string, ours stamp) (claimOutcome, error) {
+	if c, sent, err := p.l.claimBySetGet(ctx, key, ours); sent {
+		return c, err
+	}
 	created, token, err := p.l.setnx(ctx, key, ours)
 	if err != nil {
 		return claimOutcome{}, fmt.Errorf("setnxlock: SETNX %q: %w", key, err)

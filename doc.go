@@ -36,7 +36,8 @@
 //  2. Otherwise GET key. A live expiry means someone else holds it.
 //  3. An expired one means its holder crashed: GETSET key <new expiry>,
 //     inside WATCH/MULTI/EXEC on the expired value, so that of the clients
-//     racing for it only the winner's GETSET runs.
+//     racing for it only the winner's GETSET runs (where scripts run, the
+//     same compare-and-set is takeover.lua, one round trip).
 //
 // Release deletes the key only while it still holds our value, atomically.
 // Nothing newer than SETNX, GET, GETSET, DEL and WATCH/MULTI/EXEC is needed;
@@ -51,7 +52,7 @@
 // repeats one attempt, the page's three
 // steps plus recognising our own writes whose reply was lost (pending.go),
 // and waits in between (wait.go). The takeover of an expired lease is
-// deadlock.go; a won lock is handed out by grant.go; the values an attempt
+// deadlock.go (its script, takeoverscript.go); a won lock is handed out by grant.go; the values an attempt
 // writes are stamps (stamp.go, with the safety net's length); the
 // transaction core every guarded write runs in, and the owned-delete, is
 // transaction.go.
@@ -67,14 +68,19 @@
 //
 // The three ways to wait (wait.go):
 //   - the queue (protocol.go states its steps, encodings and invariants
-//     once; queue.go, handoff.go; the transports scriptqueue.go and, without
-//     scripts, commandqueue.go and commandhandon.go):
-//     a release hands the key to the first waiter in line, which claims
-//     it, once that waiter has waited WithStarvationThreshold, and until
+//     once; queue.go, handoff.go, route.go; the transports scriptqueue.go
+//     and, without scripts, commandqueue.go and commandhandon.go):
+//     a release hands the key to the first waiter in line, which holds it
+//     as soon as it hears so and claims it in the background (heard.go), once that waiter has waited WithStarvationThreshold, and until
 //     then frees the key and wakes it (adaptive barging); the default on
 //     one server;
-//   - wake-ups (wakeup.go): a release is announced on the key's channel;
+//   - wake-ups (wakeup.go): a release is announced on the key's channel,
+//     by a Locker that hands over only to waits listed in the key's queue
+//     (wakelisten.go);
 //   - polling with backoff (retry.go), capped at the holder's lease.
+//
+// Every way wakes at the holder's lease's end: a queued wait at that
+// instant by the Locker's clock (leasewake.go), the others a jitter after.
 //
 // The Lock (lock.go) owns its values and talks to Redis in its turn
 // (turn.go), never past its lease's end; its lease (lease.go) says when it

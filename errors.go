@@ -11,7 +11,12 @@ import (
 var ErrNotAcquired = errors.New("setnxlock: not acquired")
 
 // ErrNotHeld reports that a Release (or later a Refresh) found the lock no
-// longer ours: our lease had expired, or the key holds another owner's value.
+// longer ours: our lease had expired, or the key holds another owner's
+// value. While our lease is live by our clock, Release takes a key no
+// longer ours for its own earlier release whose reply was lost (H5) and
+// reports ErrNotHeld only after an operator's ForceRelease (which leaves a
+// trace), or for a lease already lost; a failover that lost the key (H9)
+// goes unseen by Release: Done/Err and WithReplicas are the tools there.
 var ErrNotHeld = errors.New("setnxlock: lock not held")
 
 // ErrNotLockValue reports that the key holds something that is not a lock

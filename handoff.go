@@ -24,10 +24,12 @@ import (
 // the queue while the key is free wakes the next in line, so that a free
 // key never waits on a waiter that left (leave.lua).
 //
-// Hearing is not holding, and a waiter that died since it queued costs
-// the claim window, never a lease (protocol.go); one whose Locker listens
-// but which is no longer waiting is declined by that Locker at once
-// (abandon).
+// Heard is a provisional hold: the waiter holds the key from the moment
+// it hears the handoff, until the provisional value's end, and its claim
+// in the background makes that a lease (heard.go). A waiter that died
+// since it queued costs the claim window, never a lease (protocol.go); one
+// whose Locker listens but which is no longer waiting is declined by that
+// Locker at once (abandon, route.go).
 //
 // A Locker listens on one channel of its own while any of its Acquire calls
 // waits, and for handoffLinger after. The subscription is made outside any
@@ -73,18 +75,11 @@ type handoffs struct {
 	id string
 
 	mu        sync.Mutex
-	sub       *subscription            // the current one; nil when not listening
-	users     int                      // waits that joined sub
-	idle      *time.Timer              // stops sub handoffLinger after the last wait left
-	expected  map[string]chan struct{} // the signal of each queued wait, by its token (expect)
+	sub       *subscription               // the current one; nil when not listening
+	users     int                         // waits that joined sub
+	idle      *time.Timer                 // stops sub handoffLinger after the last wait left
+	expected  map[string]chan handoffNote // the signal of each queued wait, by its token (expect)
 	abandoned map[string]abandonedEntry
-}
-
-// abandonedEntry is a queue entry whose wait ended but whose removal from
-// the queue failed: a handoff to it is declined, until it expires.
-type abandonedEntry struct {
-	entry *queueEntry
-	until time.Time
 }
 
 // subscription is one SUBSCRIBE of a Locker's channel, from the moment it
@@ -231,67 +226,4 @@ func (h *handoffs) listen(l *Locker, s *subscription) {
 			h.route(l, msg.Payload)
 		}
 	}
-}
-
-// route wakes the wait whose entry's token a handoff names
-// (parsePayload). A handoff to an abandoned entry is declined at once:
-// the key is handed on. One to a wait that has ended otherwise is dropped:
-// that wait won the key (and must keep it), or left the queue after this
-// handoff and handed the key on itself.
-func (h *handoffs) route(l *Locker, payload string) {
-	token, key, ok := parsePayload(payload)
-	if !ok {
-		return
-	}
-	h.mu.Lock()
-	signal := h.expected[token]
-	gone, isAbandoned := h.abandoned[token]
-	if isAbandoned {
-		delete(h.abandoned, token)
-	}
-	h.mu.Unlock()
-	switch {
-	case signal != nil:
-		select {
-		case signal <- struct{}{}:
-		default: // it has a signal pending already
-		}
-	case isAbandoned && gone.entry.key == key:
-		l.leaveOnce(context.Background(), gone.entry)
-	}
-}
-
-// expect registers the token of a wait's entry before the entry is pushed,
-// so that no handoff to it goes unheard; forget ends that.
-func (h *handoffs) expect(token string) <-chan struct{} {
-	signal := make(chan struct{}, 1)
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.expected == nil {
-		h.expected = make(map[string]chan struct{})
-	}
-	h.expected[token] = signal
-	return signal
-}
-
-func (h *handoffs) forget(token string) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	delete(h.expected, token)
-}
-
-// abandon remembers, until it expires, an entry whose wait has ended at
-// now but which may still be in the queue, and forgets those expired.
-func (h *handoffs) abandon(entry *queueEntry, now, until time.Time) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.abandoned == nil {
-		h.abandoned = make(map[string]abandonedEntry)
-	}
-	for token, a := range h.abandoned {
-		if !a.until.After(now) {
-			delete(h.abandoned, token)
-		}
-	}
-	h.abandoned[entry.token] = abandonedEntry{entry: entry, until: until}
 }

@@ -65,15 +65,36 @@ func onEachQueueingPathOf(t *testing.T, start func(t *testing.T) *backend, scena
 	}
 }
 
-// queued waits until key's queue holds n entries and returns them.
+// queued waits until key's queue holds n members and returns them.
 func (b *backend) queued(t *testing.T, key string, n int) []string {
 	t.Helper()
-	var entries []string
+	return b.queuedWhere(t, key, n, b.queuedNow)
+}
+
+// queuedInLine waits until key's queue holds n members that are places in
+// line, not the listeners of waits on wake-ups (formatListener), and
+// returns them.
+func (b *backend) queuedInLine(t *testing.T, key string, n int) []string {
+	t.Helper()
+	return b.queuedWhere(t, key, n, func(key string) []string {
+		var inLine []string
+		for _, member := range b.queuedNow(key) {
+			if token, listener := strings.CutSuffix(member, queueSeparator); !listener || strings.Contains(token, queueSeparator) {
+				inLine = append(inLine, member)
+			}
+		}
+		return inLine
+	})
+}
+
+func (b *backend) queuedWhere(t *testing.T, key string, n int, read func(key string) []string) []string {
+	t.Helper()
+	var members []string
 	require.Eventually(t, func() bool {
-		entries = b.queuedNow(key)
-		return len(entries) == n
+		members = read(key)
+		return len(members) == n
 	}, 5*time.Second, time.Millisecond, "waiters queued on %q", key)
-	return entries
+	return members
 }
 
 // queuedNow returns key's queue, first in line first.
@@ -86,6 +107,10 @@ func entryToken(entry string) string { return entry[strings.LastIndexByte(entry,
 
 // acquireInBackground starts Acquire of key and returns where its result
 // will arrive.
+//
+// A Lock handed over is held before its claim is confirmed (heard.go); the
+// Lock this sends is one whose claim has returned (its turn is free again),
+// so that tests of what follows the claim read its outcome.
 func acquireInBackground(t *testing.T, l *Locker, key string) <-chan *Lock {
 	t.Helper()
 	waitCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
@@ -94,9 +119,24 @@ func acquireInBackground(t *testing.T, l *Locker, key string) <-chan *Lock {
 	go func() {
 		lock, err := l.Acquire(waitCtx, key)
 		assert.NoError(t, err)
+		claimSettled(lock)
 		acquired <- lock
 	}()
 	return acquired
+}
+
+// claimSettled waits, at most 5s, until the claim of a Lock handed over
+// has returned (its turn is free again), so that a test reads the Lock's
+// value as the claim left it.
+func claimSettled(lock *Lock) {
+	if lock == nil {
+		return
+	}
+	waitCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if lock.lockOp(waitCtx, "await the claim") == nil {
+		lock.unlockOp()
+	}
 }
 
 // A release hands the key to the first queued waiter: the key goes from
@@ -202,6 +242,7 @@ func TestAWaiterThatGivesUpLeavesTheQueueAndHandsOnALateHandoff(t *testing.T) {
 					nextLocker, nextCtx := b.locker(t, path), await.Context(t)
 					go func() {
 						lock, _ := nextLocker.Acquire(nextCtx, "lock.k") // its error, if any, is the assertions' below
+						claimSettled(lock)
 						next <- lock
 					}()
 					b.queued(t, "lock.k", 2)

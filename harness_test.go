@@ -153,13 +153,24 @@ type racer struct {
 	done       chan error
 }
 
-// startRacer starts a TryAcquire of key on a new client and waits until it
-// has read the expired value (the GET of its takeover's watch).
-func (b *backend) startRacer(t *testing.T, key string) *racer {
+// startRacer starts a TryAcquire of key on a new client on path p and
+// waits until it has read the expired value: the reply of the acquire
+// script, which the takeover script then checks again, or the GET of its
+// takeover's watch.
+func (b *backend) startRacer(t *testing.T, key string, p lockPath) *racer {
 	t.Helper()
 	client := b.client(t)
-	r := &racer{sawExpired: gateAfter(t, client, "get", 1), lost: loseReplies(client), done: make(chan error, 1)}
-	l := b.lockerOn(t, client)
+	// Stopped once it has seen the expired value, before its takeover:
+	saw := func() *gate { return gateAfter(t, client, "get", 2) } // classic: the claim's GET, then the watch's
+	switch p.name {
+	case "scripts":
+		saw = func() *gate { return gateAfter(t, client, "set", 1) } // the claim's SET NX PX GET; the takeover is a script
+	case "commands":
+		saw = func() *gate { return gateAfter(t, client, "get", 1) } // after the claim's SET NX PX GET, the watch's GET
+	}
+	r := &racer{sawExpired: saw(), lost: loseReplies(client), done: make(chan error, 1)}
+	l := b.lockerOn(t, client, p.opt)
+	warm(t, l)
 	go func() { _, err := l.TryAcquire(context.Background(), key); r.done <- err }()
 	r.sawExpired.wait(t)
 	return r
@@ -181,7 +192,8 @@ type recorder struct {
 // scriptNames names the library's scripts by their SHA1, as EVALSHA sends it.
 var scriptNames = map[string]string{
 	acquireScript.Hash(): "acquire", queuedScript.Hash(): "queued",
-	releaseScript.Hash(): "release", leaveScript.Hash(): "leave",
+	releaseScript.Hash(): "release", leaveScript.Hash(): "leave", claimScript.Hash(): "claim",
+	takeoverScript.Hash(): "takeover",
 }
 
 func record(c *redis.Client) *recorder {
@@ -350,11 +362,16 @@ var _ net.Error = errLostReply{}
 // loseReply makes the client's first command of that name (alone or in a
 // pipeline) reach the server and be applied, but report a timeout instead
 // of the reply (H5).
-func loseReply(c *redis.Client, name string) {
-	var once sync.Once
+func loseReply(c *redis.Client, name string) { loseNthReply(c, name, 1) }
+
+// loseNthReply loses the reply of the n-th command called name, once.
+func loseNthReply(c *redis.Client, name string, n int64) {
+	var seen atomic.Int64
 	hookCommand(c, name, func(send func() error) error {
 		err := send()
-		once.Do(func() { err = errLostReply{} })
+		if seen.Add(1) == n {
+			err = errLostReply{}
+		}
 		return err
 	})
 }

@@ -40,10 +40,11 @@ func hasHashTag(key string) bool {
 // waitersKey names the queue of waiters for key, in key's Cluster slot.
 func waitersKey(key string) string { return sameSlotKey(key, ".waiters") }
 
-// releasedKey names the marker of key's scripted releases: a sorted set
-// of what each released, kept for the rest of its lease, by which a
-// release resent after a lost reply recognises its own earlier run
-// (release.lua, H5).
+// releasedKey names key's marker: a sorted set of the tokens of leases
+// ForceRelease broke (forcetrace.go), and of the ids of scripted releases
+// of bare values (release.lua), each kept for the rest of its lease, by
+// which a release resent after a lost reply tells its own earlier run
+// from an operator's (H5).
 func releasedKey(key string) string { return sameSlotKey(key, ".released") }
 
 // WakeChannel returns the pub/sub channel on which a Locker announces the

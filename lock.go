@@ -88,9 +88,13 @@ func (k *Lock) ExpiresAt() time.Time {
 
 // Release gives the lock up. It deletes the key only if it still holds our
 // value, atomically (H3). It returns an error matching ErrNotHeld, and leaves
-// any other owner's key alone, when our lease has already expired or the key
-// is no longer ours; an expired value that is still ours is deleted as a
-// courtesy, but the caller is still told the lease was lost. A Release that
+// any other owner's key alone, when our lease has already expired or an
+// operator's ForceRelease broke it; an expired value that is still ours is
+// deleted as a courtesy, but the caller is still told the lease was lost.
+// A key that is no longer ours while our lease is live is taken for our own
+// earlier release whose reply was lost (H5), so Release reports nil even
+// when a failover lost the key (H9): Done and Err, and WithReplicas, are
+// the tools for that. A Release that
 // failed with a network error may be called again; calling it again after
 // it succeeded returns ErrNotHeld, and so does Release on a nil Lock. Like
 // Refresh, Release of a held lock returns at the lease's end at the latest
@@ -125,11 +129,16 @@ func (k *Lock) release(ctx context.Context) error {
 		switch {
 		case !live:
 			return k.finish(released, fmt.Errorf("%w: the lease on %q expired at %s", ErrNotHeld, k.key, expiresAt.UTC().Format(time.RFC3339Nano)))
-		case !deleted && !k.releaseInDoubt:
+		case !deleted && !k.releaseInDoubt && (k.token == "" || k.Err() != nil),
+			!deleted && k.token != "" && k.locker.forcedAway(ctx, k): // a trace proves no run of ours deleted it, even one in doubt (review 24)
 			return k.finish(released, fmt.Errorf("%w: %q no longer holds our value", ErrNotHeld, k.key))
 		}
-		// Deleted now, or by the earlier attempt whose reply was lost: while
-		// our lease is live nobody else can have removed our value.
+		// Deleted now, or by an earlier run whose reply was lost (H5): while
+		// our lease is live nobody else removes our value but an operator's
+		// ForceRelease, which leaves a trace (forcetrace.go). A bare value's
+		// scripted release recognises its earlier run by its own id instead;
+		// a lease already lost (a renewal or Refresh found the key not ours)
+		// stays lost.
 		return k.finish(released, nil)
 	}, k.lostWith("release"))
 }

@@ -34,7 +34,7 @@ func TestUncontendedLockIsTakenWithSetnxAndReleased(t *testing.T) {
 
 		require.NoError(t, lock.Release(ctx))
 		assert.Equal(t, "<missing>", b.value(t, "lock.report"))
-		assert.Equal(t, "SETNX WATCH GET MULTI PEXPIRE EXEC WATCH GET ZRANGE MULTI DEL PUBLISH EXEC", sent.names())
+		assert.Equal(t, "SETNX WATCH GET MULTI PEXPIRE EXEC WATCH GET ZRANGE MULTI DEL EXEC", sent.names())
 	})
 }
 
@@ -94,7 +94,10 @@ func TestReleaseLeavesAValueThatIsNotOursAlone(t *testing.T) {
 		foreign := strconv.FormatInt(b.start.Add(time.Minute).UnixMilli(), 10)
 		b.set(t, "lock.k", foreign)
 
-		require.ErrorIs(t, lock.Release(ctx), ErrNotHeld)
+		// While our lease is live a key no longer ours is taken for our
+		// own earlier release whose reply was lost (H5): nil. Only a
+		// ForceRelease leaves the trace that makes it ErrNotHeld.
+		require.NoError(t, lock.Release(ctx))
 		assert.Equal(t, foreign, b.value(t, "lock.k"))
 	})
 }
@@ -241,14 +244,20 @@ func TestLostSetnxReplyDoesNotClaimAnotherClientsLock(t *testing.T) {
 	})
 }
 
-// H5 for a takeover: the watched GETSET ran, so the lease is rightfully
-// ours, but the EXEC reply was lost. The next attempt recognises our value.
+// H5 for a takeover: the watched GETSET (or the takeover script) ran, so
+// the lease is rightfully ours, but the reply was lost. The next attempt
+// recognises our value. On every path.
 func TestLostTakeoverReplyIsRecognisedOnTheNextAttempt(t *testing.T) {
-	onEachBackend(t, func(t *testing.T, b *backend) {
+	onEachPath(t, func(t *testing.T, b *backend, p lockPath) {
 		b.crashedHolder(t, "lock.k")
 		client := b.client(t)
-		loseReply(client, "exec")
-		l := b.lockerOn(t, client)
+		if p.name == "scripts" {
+			loseNthReply(client, "evalsha", 1) // the takeover's: the first step is SET NX PX GET
+		} else {
+			loseReply(client, "exec")
+		}
+		l := b.lockerOn(t, client, p.opt)
+		warm(t, l)
 
 		_, err := l.TryAcquire(ctx, "lock.k")
 		require.Error(t, err)

@@ -58,6 +58,7 @@ func newLocker(client redis.UniversalClient, cfg config) *Locker {
 	}
 	if cfg.classic {
 		l.caps.disable(capSetNXPX)
+		l.caps.disable(capSetGet)
 	}
 	return l
 }

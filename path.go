@@ -10,9 +10,10 @@ import (
 // round trip each (scriptPath, scripts.go), or the commands (commandPath,
 // commands.go), which use SET NX PX where the server knows it and the
 // classic SETNX elsewhere. Both do the same steps with the same meaning;
-// only the commands and the round trips differ. The takeover (deadlock.go) and Refresh (refresh.go) are watched
-// transactions on every path: scripts would save nothing there worth a
-// second implementation.
+// only the commands and the round trips differ. The takeover of an expired
+// lease is takeover.lua on the scripted path (one round trip) and the
+// watched transaction on the command path (deadlock.go); Refresh
+// (refresh.go) is a watched transaction on every path.
 type path interface {
 	// claim is an unqueued attempt's first step: SETNX key <ours> with its
 	// safety net (H6) and, with fencing, the token; when the key exists,
@@ -22,6 +23,11 @@ type path interface {
 	// lock's (H3), and announces the release; it reports whether the key
 	// was ours.
 	release(ctx context.Context, k *Lock) (bool, error)
+	// takeOver writes ours over expiredValue, a lease judged over, only
+	// while the key still holds it (H1, H2), with its safety net (H6),
+	// the fencing token and, for a queued wait, its leaving the queue; it
+	// reports whether it wrote (deadlock.go).
+	takeOver(ctx context.Context, key, expiredValue string, ours stamp) (takeover, error)
 	// queue is the path's transport of the queue protocol (protocol.go).
 	queue() queueTransport
 }

@@ -29,12 +29,20 @@ import (
 //     Locker's channel, in one script or one MULTI/EXEC (PUBLISH last); a
 //     write that fails is never announced.
 //   - Heard is a provisional hold; only a claim makes it a lease. The
-//     provisional value states an end claimWindow after the release and
-//     expires on the server then. The waiter claims it with a lease of its
-//     own clock (H4, H6). A waiter that died since it queued costs the
-//     window: an entry whose Locker does not listen is skipped at once.
+//     provisional value states an end claimWindow after the release, and
+//     the handoff's message carries that end (formatPayload). The waiter
+//     that hears it holds the key at once, until that end less its skew
+//     margin and never past its receipt plus claimWindow, by its own clock
+//     (heard.go); the server keeps the value for the window and the
+//     releaser's grace (provisionalNet), so the net never ends that hold
+//     early (H6). Its claim, sent at once in the Lock's turn, extends the
+//     hold to a lease of its own clock (H4, H6), or ends the Lock as lost
+//     no later than the provisional end. A waiter that died since it
+//     queued costs the window: the page's takeover ends the value once its
+//     stated end has passed; an entry whose Locker does not listen is
+//     skipped at once.
 //   - A claim never writes the value it found (H10). A claim rewrites a
-//     value carrying its token without a watch (queued.lua) or under one
+//     value carrying its token without a watch (queued.lua, claim.lua) or under one
 //     (claimHanded), and only over a value stating an earlier end than its
 //     own (claimable): a late copy of an earlier attempt finds nothing to
 //     roll back. An attempt that finds an end no earlier than its own
@@ -88,13 +96,34 @@ func parseEntry(member string) (lockerID, token string, ok bool) {
 	return lockerID, token, ok
 }
 
-// formatPayload is the message announcing key to the wait of token, on
-// its Locker's channel: "<token>:<key>".
-func formatPayload(token, key string) string { return token + queueSeparator + key }
+// formatListener is the member a wait on wake-ups lists itself by in its
+// key's queue (wakelisten.go): "<token>:", its own token and the
+// separator. It is not an entry (parseEntry: its token part is empty), so
+// no release hands the key to it: a release that finds it takes it off
+// the queue and publishes on the key's wake channel (handon.lua,
+// commandhandon.go).
+func formatListener(token string) string { return token + queueSeparator }
 
-// parsePayload splits a handoff's message into the token and the key.
-func parsePayload(payload string) (token, key string, ok bool) {
-	return strings.Cut(payload, queueSeparator)
+// formatPayload is the message announcing key to the wait of token, on
+// its Locker's channel: "<token>:<end>:<key>". For a handoff, end is the
+// provisional value's end as written for the wait (provisionalEnd), from
+// which the waiter knows the value and how long it may hold on it before
+// its claim is confirmed (heard.go); for a wake-up to race for a key left
+// free, end is empty. The key goes last: keys may hold the separator,
+// tokens and ends never do.
+func formatPayload(token, end, key string) string {
+	return token + queueSeparator + end + queueSeparator + key
+}
+
+// parsePayload splits a handoff's message into the token, the provisional
+// value's end ("" for a wake-up) and the key.
+func parsePayload(payload string) (token, end, key string, ok bool) {
+	token, rest, ok := strings.Cut(payload, queueSeparator)
+	if !ok {
+		return "", "", "", false
+	}
+	end, key, ok = strings.Cut(rest, queueSeparator)
+	return token, end, key, ok
 }
 
 // provisionalMark follows a provisional value's end in Unix ms, before
@@ -107,22 +136,34 @@ func parsePayload(payload string) (token, key string, ok bool) {
 // the handoff it had claimed, and the releaser handed that lease on).
 const provisionalMark = ".0"
 
-// provisionalPrefix is a provisional value written at now without its
-// token: the end claimWindow later in Unix ms, provisionalMark and the
-// value's separator.
-func provisionalPrefix(now time.Time) string {
-	return strconv.FormatInt(now.Add(claimWindow).UnixMilli(), 10) + provisionalMark + string(tokenSeparator)
+// provisionalEnd is the end a provisional value written at now states, as
+// written: claimWindow later in Unix ms, and provisionalMark.
+func provisionalEnd(now time.Time) string {
+	return strconv.FormatInt(now.Add(claimWindow).UnixMilli(), 10) + provisionalMark
 }
+
+// provisionalPrefix is a provisional value written at now without its
+// token: its end (provisionalEnd) and the value's separator. The scripts
+// read the end back from it, without its last byte (lua/protocol.lua).
+func provisionalPrefix(now time.Time) string { return provisionalEnd(now) + string(tokenSeparator) }
 
 // provisionalValue is the value a release at now writes for the wait of
 // token: ours (formatValue), stating an end claimWindow later.
 func provisionalValue(now time.Time, token string) string { return provisionalPrefix(now) + token }
 
+// provisionalNet is how long the server keeps a provisional value: the
+// claim window and the releaser's grace (safetyNet). The waiter may hold
+// on the value until its stated end by its own clock (heard.go), so the
+// net must not end it before then (H6); a handoff nobody claims is taken
+// over once its stated end has passed (deadlock.go), still costing only
+// the window by the clocks.
+func (l *Locker) provisionalNet() time.Duration { return l.safetyNet(claimWindow) }
+
 // appendProtocolArgs appends to args the encodings a script prefixed with
 // lua/protocol.lua takes as its first arguments, for a release or a leave
 // at now.
-func appendProtocolArgs(args []any, now time.Time) []any {
-	return append(args, queueSeparator, handoffChannelPrefix, provisionalPrefix(now), claimWindow.Milliseconds())
+func (l *Locker) appendProtocolArgs(args []any, now time.Time) []any {
+	return append(args, queueSeparator, handoffChannelPrefix, provisionalPrefix(now), l.provisionalNet().Milliseconds())
 }
 
 // queueTransport is one transport of the protocol: the steps a queued
@@ -137,6 +178,12 @@ type queueTransport interface {
 	// else the entry's place in the queue, kept if it has one, and the
 	// value found.
 	enqueueOrClaim(ctx context.Context, key string, ours stamp, entry *queueEntry) (claimOutcome, error)
+	// claim is the claim of a wait that heard a handoff (heard.go): the
+	// claim of a value carrying entry's token and stating an earlier end
+	// (claimable), taking the entry off the queue with it. It never
+	// creates the key and never queues: otherwise it writes nothing, and
+	// reports the value found ("" for none).
+	claim(ctx context.Context, key string, ours stamp, entry *queueEntry) (claimed bool, current string, err error)
 	// handOn is a release of k's key: only if it holds k's value (H3), it
 	// hands the key to the first waiter that hears of it and has waited
 	// the starvation threshold, else deletes it, announces the release and

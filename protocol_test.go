@@ -1,6 +1,7 @@
 package setnxlock
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -16,14 +17,14 @@ import (
 func TestBothTransportsShareTheQueuesEncodings(t *testing.T) {
 	encode := redis.NewScript(protocolLua + `
 local locker, token = queue.entry(ARGV[5])
-return {locker or false, token or false, queue.channel('L1'), queue.payload('T1', 'lock.k'), queue.provisional('T1')}`)
+return {locker or false, token or false, queue.channel('L1'), queue.payload('T1', '', 'lock.k'), queue.payload('T1', queue.provisionalEnd, 'lock.k'), queue.provisional('T1'), queue.net}`)
 	members := []string{
 		formatEntry("L1", "T1"), "L1:T1", ":T1", "L1:", "L1", "", "L1:T1:x", "L1::T1", "a:b", "L:" + newToken(),
 	}
 	onEachBackend(t, func(t *testing.T, b *backend) {
 		now := b.clock.Now()
 		for _, member := range members {
-			reply, err := encode.Run(ctx, b.raw, nil, append(appendProtocolArgs(nil, now), member)...).Slice()
+			reply, err := encode.Run(ctx, b.raw, nil, append(b.locker(t).appendProtocolArgs(nil, now), member)...).Slice()
 			require.NoError(t, err)
 			locker, token, ok := parseEntry(member)
 			if ok {
@@ -32,8 +33,10 @@ return {locker or false, token or false, queue.channel('L1'), queue.payload('T1'
 				assert.Equal(t, []any{nil, nil}, reply[:2], "not an entry: %q", member)
 			}
 			assert.Equal(t, handoffChannel("L1"), reply[2])
-			assert.Equal(t, formatPayload("T1", "lock.k"), reply[3])
-			assert.Equal(t, provisionalValue(now, "T1"), reply[4])
+			assert.Equal(t, formatPayload("T1", "", "lock.k"), reply[3], "a wake-up")
+			assert.Equal(t, formatPayload("T1", provisionalEnd(now), "lock.k"), reply[4], "a handoff")
+			assert.Equal(t, provisionalValue(now, "T1"), reply[5])
+			assert.Equal(t, fmt.Sprint(b.locker(t).provisionalNet().Milliseconds()), reply[6])
 		}
 	})
 }
@@ -45,12 +48,15 @@ func TestTheQueuesEncodingsRoundTrip(t *testing.T) {
 	assert.True(t, ok)
 	assert.Equal(t, []string{"locker-1", token}, []string{locker, got})
 
-	got, key, ok := parsePayload(formatPayload(token, "{app}:lock:k"))
-	assert.True(t, ok)
-	assert.Equal(t, []string{token, "{app}:lock:k"}, []string{got, key}, "a key may hold the separator")
+	for _, end := range []string{"", provisionalEnd(clockStart())} {
+		got, gotEnd, key, ok := parsePayload(formatPayload(token, end, "{app}:lock:k"))
+		assert.True(t, ok)
+		assert.Equal(t, []string{token, end, "{app}:lock:k"}, []string{got, gotEnd, key}, "a key may hold the separator")
+	}
 
 	now := clockStart()
 	value := provisionalValue(now, token)
+	assert.Equal(t, provisionalEnd(now)+":"+token, value, "a handoff's end and token make its value")
 	assert.Equal(t, token, tokenOf(value))
 	end, err := parseExpiry(value)
 	require.NoError(t, err)

@@ -30,7 +30,9 @@ const maxLeaseJitter = 2 * time.Millisecond
 // capAtLease shortens wait so the next attempt comes right after the holder's
 // lease ends (remaining may be negative when it already has), plus a little
 // jitter, at most min(minBackoff, maxLeaseJitter), so that waiters on the
-// same expiry do not all GETSET at the same instant.
+// same expiry do not all take over at the same instant. It serves the
+// waits outside the queue, a herd that nothing orders; a queued wait
+// attempts exactly at the lease's end (leasewake.go).
 func capAtLease(wait, remaining, minBackoff time.Duration) time.Duration {
 	if remaining >= wait {
 		return wait

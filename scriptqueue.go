@@ -52,6 +52,28 @@ func (q scriptQueue) enqueueOrClaim(ctx context.Context, key string, ours stamp,
 	return claimOutcome{}, errors.New("setnxlock: unexpected reply from the queued attempt's script")
 }
 
+// claim runs claim.lua: the claim of a handoff heard, and nothing else.
+func (q scriptQueue) claim(ctx context.Context, key string, ours stamp, entry *queueEntry) (bool, string, error) {
+	l := q.l
+	reply, err := claimScript.Run(ctx, l.client, []string{key, waitersKey(key)}, ours.value, l.safetyNet(ours.length()).Milliseconds(),
+		entry.member, entry.suffix(), statedEnd(ours).UnixMilli()).Slice()
+	if err != nil {
+		return false, "", failedOn(key, err)
+	}
+	switch outcome := scriptOutcome(reply); {
+	case outcome == 1 && len(reply) == 2:
+		failed, _ := reply[1].(string)
+		l.caps.narrow(capQueue, scriptErr(failed)) // the ACL user may not take entries off the queue
+		return true, "", nil
+	case outcome == 0 && len(reply) == 2:
+		current, _ := reply[1].(string)
+		return false, current, nil
+	case outcome == 0:
+		return false, "", nil
+	}
+	return false, "", errors.New("setnxlock: unexpected reply from the claim script")
+}
+
 // handOn runs release.lua with the key's queue.
 func (q scriptQueue) handOn(ctx context.Context, k *Lock) (bool, error) {
 	return scriptPath(q).releaseWith(ctx, k, true)
@@ -68,7 +90,7 @@ func (q scriptQueue) leave(ctx context.Context, entry *queueEntry) error {
 			channel = WakeChannel(entry.key)
 		}
 		now := l.cfg.clock.Now()
-		args := append(appendProtocolArgs(make([]any, 0, 8), now), entry.member, entry.suffix(), channel, now.UnixMicro())
+		args := append(l.appendProtocolArgs(make([]any, 0, 8), now), entry.member, entry.suffix(), channel, now.UnixMicro())
 		err := leaveScript.Run(ctx, l.client, []string{entry.key, waitersKey(entry.key)}, args...).Err()
 		if !l.caps.narrow(capQueue, err) {
 			return err

@@ -23,6 +23,8 @@ var (
 	acquireLua string
 	//go:embed lua/queued.lua
 	queuedLua string
+	//go:embed lua/claim.lua
+	claimLua string
 	//go:embed lua/protocol.lua
 	protocolLua string
 	//go:embed lua/handon.lua
@@ -36,6 +38,7 @@ var (
 var (
 	acquireScript = redis.NewScript(acquireLua)
 	queuedScript  = redis.NewScript(queuedLua)
+	claimScript   = redis.NewScript(claimLua)
 	releaseScript = redis.NewScript(ownedLua + protocolLua + handOnLua + releaseLua)
 	leaveScript   = redis.NewScript(protocolLua + handOnLua + leaveLua)
 )
@@ -47,8 +50,12 @@ type scriptPath struct{ l *Locker }
 // queue is the scripted transport of the queue protocol (scriptqueue.go).
 func (p scriptPath) queue() queueTransport { return scriptQueue(p) }
 
-// claim runs acquire.lua.
+// claim sends SET NX PX GET where the server has it (setget.go), else
+// runs acquire.lua.
 func (p scriptPath) claim(ctx context.Context, key string, ours stamp) (claimOutcome, error) {
+	if c, sent, err := p.l.claimBySetGet(ctx, key, ours); sent {
+		return c, err
+	}
 	c, err := p.unqueuedClaim(ctx, key, ours)
 	return c, failedOn(key, err)
 }
@@ -125,7 +132,7 @@ func (p scriptPath) release(ctx context.Context, k *Lock) (bool, error) {
 // handle (onPath: scripts off).
 func (p scriptPath) releaseWith(ctx context.Context, k *Lock, handing bool) (bool, error) {
 	l := p.l
-	marking := l.caps.allows(capReleaseMarker)
+	marking := k.token == "" && l.caps.allows(capReleaseMarker) // token values need no marker (forcetrace.go)
 	deleted, denied := l.runRelease(ctx, k, marking, handing)
 	if !refused(denied) || !marking && !handing {
 		return deleted, denied
@@ -179,7 +186,7 @@ func (l *Locker) runRelease(ctx context.Context, k *Lock, marking, handing bool)
 		keys = append(keys, waitersKey(k.key))
 		hand = l.cfg.starvation.Microseconds()
 	}
-	args := appendProtocolArgs(make([]any, 0, 11+len(k.maybe)), now) // one allocation
+	args := l.appendProtocolArgs(make([]any, 0, 11+len(k.maybe)), now) // one allocation
 	args = append(args, channel, now.UnixMicro(), hand, markFor, k.token)
 	if k.token == "" {
 		// This run's own id: what a resend recognises its work by, since a

@@ -109,7 +109,8 @@ func formatOf(value string) Format {
 
 // ForceRelease deletes key whoever holds it, and returns what it deleted.
 // It is the operator's override: the holder, if still working, is not told
-// and its Release will report ErrNotHeld; fencing tokens (FenceKey) are
+// and its Release will report ErrNotHeld (by the trace of the broken
+// lease's token, forcetrace.go); fencing tokens (FenceKey) are
 // kept, so they still increase. The delete is watched on the value read, so
 // what is reported is exactly what was deleted. A missing key returns a
 // status with Exists false and a nil error; a key that holds no lock value
@@ -129,9 +130,7 @@ func (l *Locker) ForceRelease(ctx context.Context, key string) (KeyStatus, error
 		case status.Foreign:
 			return status, fmt.Errorf("%w: %q left untouched", ErrNotLockValue, key)
 		}
-		deleted, err := l.compareAndWrite(ctx, key,
-			func(current string) bool { return current == status.Value },
-			func(pipe redis.Pipeliner) { pipe.Del(ctx, key) })
+		deleted, err := l.forceDelete(ctx, key, status.Value)
 		if err != nil {
 			return KeyStatus{}, fmt.Errorf("setnxlock: force release of %q: %w", key, err)
 		}

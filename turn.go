@@ -12,6 +12,10 @@ import (
 // the lease (H11): a lease is over when it says it is, whatever is in
 // flight.
 
+// errTurnOverdue is takeTurn's answer when the lock's life ended while it
+// waited for the turn.
+var errTurnOverdue = errors.New("setnxlock: the lock ended before its turn")
+
 // lockOp waits for the lock's turn to talk to Redis, or for ctx to end.
 func (k *Lock) lockOp(ctx context.Context, verb string) error {
 	select {
@@ -50,20 +54,40 @@ func (k *Lock) inTurn(ctx context.Context, verb string, body func() error, overd
 		}
 		return k.runInTurn(body)
 	}
+	if err := k.takeTurn(ctx, verb); errors.Is(err, errTurnOverdue) {
+		return overdue(nil)
+	} else if err != nil {
+		return err
+	}
+	return k.inTakenTurn(body, overdue)
+}
+
+// takeTurn waits for the Lock's turn, no later than the lease's end by the
+// Locker's clock (H11): it returns errTurnOverdue when the lock is over
+// first, ctx's error when ctx ends first.
+func (k *Lock) takeTurn(ctx context.Context, verb string) error {
 	returned := make(chan struct{})
 	defer close(returned) // drops the waits for the lease's end
-	for taken := false; !taken; {
+	for {
 		select {
 		case k.op <- struct{}{}:
-			taken = true
+			return nil
 		case <-ctx.Done():
 			return fmt.Errorf("setnxlock: %s %q: %w", verb, k.key, ctx.Err())
 		case <-k.lease.done: // released or lost while we waited, its end moved earlier perhaps
-			return overdue(nil)
+			return errTurnOverdue
 		case <-k.leaseEnd(returned):
 			k.endIfRunOut() // ends the life if the end has come: lease.done says so
 		}
 	}
+}
+
+// inTakenTurn runs body, in the turn the caller took, bounded by the
+// lease as inTurn says; the turn is given back when body returns, which
+// may be after inTakenTurn did.
+func (k *Lock) inTakenTurn(body func() error, overdue func(err error) error) error {
+	returned := make(chan struct{})
+	defer close(returned) // drops the waits for the lease's end
 	result := make(chan error, 1)
 	go func() { result <- k.runInTurn(body) }()
 	for {

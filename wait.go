@@ -24,10 +24,14 @@ type waiting struct {
 	backoff *backoff
 	mode    waitMode
 
-	sub    *subscription   // joining, queued: the Locker's subscription to handoffs
-	entry  *queueEntry     // queued: its place in the key's queue
-	handed <-chan struct{} // queued: signalled when a release hands the key to entry
-	wake   *wakeup         // wakeUps: the key's wake-ups; nil where pub/sub is off
+	sub    *subscription      // joining, queued: the Locker's subscription to handoffs
+	entry  *queueEntry        // queued: its place in the key's queue
+	handed <-chan handoffNote // queued: what its Locker heard for entry (route.go)
+	heard  handoffNote        // queued: the last handoff heard, not yet acted on (heard.go)
+	wake   *wakeup            // wakeUps: the key's wake-ups; nil where pub/sub is off
+
+	listener string // wakeUps: its member in the key's queue (wakelisten.go)
+	listed   bool   // wakeUps: listed before the last attempt, so a release announces itself
 }
 
 // waitMode is how a wait waits; it only ever moves down this list.
@@ -103,7 +107,7 @@ func (w *waiting) leaveQueue(ctx context.Context) {
 	// one that arrives after a leave that failed is declined (abandon).
 	w.l.handoff.forget(w.entry.token)
 	w.l.leaveOnce(ctx, w.entry)
-	w.entry, w.handed = nil, nil
+	w.entry, w.handed, w.heard = nil, nil, handoffNote{}
 }
 
 // keyHeld is called after an attempt found the key held by a live lease.
@@ -126,21 +130,34 @@ func (w *waiting) keyHeld(ctx context.Context, held heldLease) bool {
 	return false // usually not yet confirmed: sleep until it is
 }
 
+// holdHeard is a Lock on the key a handoff the wait heard gives it
+// (heard.go), held before its claim is confirmed; nil when it heard none,
+// or must claim the key first (the next attempt does).
+func (w *waiting) holdHeard() *Lock {
+	note := w.heard
+	w.heard = handoffNote{}
+	if w.mode != queued {
+		return nil
+	}
+	return w.l.holdHeard(w.key, w.entry, note)
+}
+
 // tookKey ends a wait whose attempt took the key. The winning write took the
 // wait's entry off the queue with it (queued.lua, the takeover), or the
 // attempt removed it right after (tryAcquire).
 func (w *waiting) tookKey() {
 	if w.mode == queued {
 		w.l.handoff.forget(w.entry.token)
-		w.entry, w.handed = nil, nil
+		w.entry, w.handed, w.heard = nil, nil, handoffNote{}
 	}
 	w.mode = served
 }
 
 // close releases what the wait held: its place in the queue, if it did not
-// win, its share of the Locker's subscription, its wake-ups.
+// win, its listener in it (wakelisten.go), its share of the Locker's subscription, its wake-ups.
 func (w *waiting) close(ctx context.Context) {
 	w.leaveQueue(ctx)
+	w.unlist(ctx)
 	if w.sub != nil {
 		w.l.handoff.unjoin(w.sub)
 	}
@@ -149,10 +166,13 @@ func (w *waiting) close(ctx context.Context) {
 
 // sleep waits until the next attempt is due, and returns ctx.Err() if ctx
 // ends first. held says what the last attempt learned of the holder's
-// lease.
+// lease: a queued wait attempts exactly when it is over by the Locker's
+// clock, never earlier (leasewake.go); other waits a jitter after it
+// (capAtLease).
 func (w *waiting) sleep(ctx context.Context, held heldLease) error {
 	var wait time.Duration
-	var handed, ready, stopped <-chan struct{}
+	var handed <-chan handoffNote
+	var ready, stopped <-chan struct{}
 	switch w.mode {
 	case queued:
 		wait, handed, stopped = announcedPoll, w.handed, w.sub.stopped
@@ -160,28 +180,51 @@ func (w *waiting) sleep(ctx context.Context, held heldLease) error {
 		wait, ready = w.backoff.next(), w.sub.ready
 	default:
 		wait = w.backoff.next()
-		if w.wake.listening() && held.announced {
+		if w.wake.listening() && w.listed && held.announced {
 			// The holder will announce its release: polling would only
 			// load Redis. Poll rarely, in case the announcement is lost.
 			wait = max(wait, announcedPoll)
 		}
 	}
+	var leaseEnd <-chan time.Time // the lease's end by the clock, once the early timer fired (leasewake.go)
+	precise := false
 	if !held.takeableAt.IsZero() {
-		wait = capAtLease(wait, held.takeableAt.Sub(w.l.cfg.clock.Now()), w.l.cfg.minBackoff)
+		remaining := held.takeableAt.Sub(w.l.cfg.clock.Now())
+		switch {
+		case remaining >= wait:
+		case w.mode == queued:
+			wait, precise = leaseWake(remaining), true
+		default:
+			wait = capAtLease(wait, remaining, w.l.cfg.minBackoff) // a herd of pollers: spread
+		}
 	}
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-timer.C:
-	case <-handed:
-	case <-ready:
-	case <-stopped:
-	case <-w.wake.confirming():
-		w.wake.confirmed() // attempt at once: a release before the confirmation went unheard
-	case <-w.wake.announced():
-		w.wake.drain() // one attempt answers every release announced so far
+	var abandon chan struct{} // ends the wait for leaseEnd
+	defer func() {
+		if abandon != nil {
+			close(abandon)
+		}
+	}()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-timer.C:
+			if precise && !spinUntil(ctx, w.l.cfg.clock, held.takeableAt) {
+				abandon = make(chan struct{})
+				leaseEnd = at(w.l.cfg.clock, held.takeableAt, abandon) // never attempt before it
+				continue
+			}
+		case <-leaseEnd:
+		case w.heard = <-handed:
+		case <-ready:
+		case <-stopped:
+		case <-w.wake.confirming():
+			w.wake.confirmed() // attempt at once: a release before the confirmation went unheard
+		case <-w.wake.announced():
+			w.wake.drain() // one attempt answers every release announced so far
+		}
+		return nil
 	}
-	return nil
 }

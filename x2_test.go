@@ -2,6 +2,7 @@ package setnxlock
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"sync/atomic"
 	"testing"
@@ -146,7 +147,9 @@ func (r refuseKey) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 			}
 			sent = append(sent, cmd)
 		}
-		_ = next(ctx, sent)
+		if len(sent) > 0 {
+			_ = next(ctx, sent)
+		}
 		return errNoPermKey
 	}
 }
@@ -165,7 +168,7 @@ func (h *loseFirstWin) DialHook(next redis.DialHook) redis.DialHook { return nex
 func (h *loseFirstWin) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		err := next(ctx, cmd)
-		if err != nil || !h.wins(cmd) || !h.armed.CompareAndSwap(true, false) {
+		if err != nil && !errors.Is(err, redis.Nil) || !h.wins(cmd, err) || !h.armed.CompareAndSwap(true, false) { // SET NX PX GET answers nil when it wins
 			return err
 		}
 		h.lost.Store(true)
@@ -180,14 +183,18 @@ func (h *loseFirstWin) ProcessPipelineHook(next redis.ProcessPipelineHook) redis
 	return next
 }
 
-// wins reports whether cmd, answered without error, wrote key.
-func (h *loseFirstWin) wins(cmd redis.Cmder) bool {
+// wins reports whether cmd, answered err (nil, or redis.Nil for SET NX PX
+// GET), wrote key.
+func (h *loseFirstWin) wins(cmd redis.Cmder, err error) bool {
 	args := cmd.Args()
 	switch name := cmd.Name(); {
 	case (name == "evalsha" || name == "eval") && len(args) > 3:
 		reply, _ := cmd.(*redis.Cmd).Slice()
 		return args[3] == h.key && len(reply) > 0 && reply[0] == int64(1) // a script's "won"
 	case name == "set" && len(args) > 1 && args[1] == h.key:
+		if _, ok := cmd.(*redis.StringCmd); ok { // SET NX PX GET: nil when it created the key
+			return errors.Is(err, redis.Nil)
+		}
 		return cmd.(*redis.StatusCmd).Val() == "OK"
 	case name == "setnx" && len(args) > 1 && args[1] == h.key:
 		return cmd.(*redis.IntCmd).Val() == 1

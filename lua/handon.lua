@@ -12,8 +12,9 @@
 -- Gives key to the first waiter whose Locker hears of it. For each
 -- entry, first in line first, it takes the entry off the queue, writes
 -- the provisional value for the entry's token into the key, expiring on
--- the server after the claim window, and only then announces it on the
--- channel of the entry's Locker: write, then announce (protocol.go). An
+-- the server after the claim window and the releaser's grace (H6), and
+-- only then announces it, with the end the value states, on the channel
+-- of the entry's Locker: write, then announce (protocol.go). An
 -- entry whose Locker nobody listens for is skipped.
 --
 -- Adaptive barging, after Go's sync.Mutex: while the first waiter in line
@@ -26,6 +27,10 @@
 -- skew moves the threshold by the skew; it decides who goes first, never
 -- who holds.
 --
+-- A member that is not an entry is a listener (protocol.go): a wait that
+-- listens on the key's wake channel. It is taken off the queue, and the
+-- caller wakes the listeners: the third value returned.
+--
 -- Returns  2         not handed over: the first waiter heard it may race
 --                    for the key, which the caller frees
 --          1         handed to a waiter
@@ -33,36 +38,43 @@
 --         -1, error  the queue, the write or the channel failed (refused
 --                    by ACL, say): the entry is back in its place, and the
 --                    caller deletes the key and reports error
+-- and third, whether the caller publishes on the key's wake channel: when
+-- it frees the key, if the queue held anything; when it handed the key
+-- over, if a listener was taken off. An empty queue means nobody listens:
+-- no wake-up nobody hears.
 local function handOn(key, waiters, now, barge)
+  local seen, listeners = false, false
   while true do
     local head = redis.pcall('zrange', waiters, 0, 0, 'withscores')
-    if type(head) ~= 'table' or head.err or #head < 2 then return 0 end
+    if type(head) ~= 'table' or head.err or #head < 2 then return 0, nil, seen end
+    seen = true
     local entry, place = head[1], head[2]
     local locker, token = queue.entry(entry)
+    if not locker then listeners = true end
     local channel = locker and queue.channel(locker)
     if locker and barge > 0 and now - tonumber(place) < barge then -- 0: whatever the clocks
       -- Nothing is written for the waiter, which stays first in line.
-      local heard = redis.pcall('publish', channel, queue.payload(token, key))
-      if type(heard) ~= 'number' then return -1, heard.err end
-      if heard > 0 then return 2 end
+      local heard = redis.pcall('publish', channel, queue.payload(token, '', key))
+      if type(heard) ~= 'number' then return -1, heard.err, true end
+      if heard > 0 then return 2, nil, true end
       locker = nil -- nobody listens for it: it leaves the queue, below
     end
     -- Every entry this loop reads leaves the queue, or the loop ends: a
     -- refused ZREM would otherwise read the same head for ever, in a
     -- script that has written and cannot be killed.
     local taken = redis.pcall('zrem', waiters, entry)
-    if type(taken) ~= 'number' then return -1, taken.err end
+    if type(taken) ~= 'number' then return -1, taken.err, true end
     if locker then
-      local written = redis.pcall('set', key, queue.provisional(token), 'px', queue.window)
+      local written = redis.pcall('set', key, queue.provisional(token), 'px', queue.net)
       local heard = 0
       if not written.err then
-        heard = redis.pcall('publish', channel, queue.payload(token, key)) -- write, then announce
+        heard = redis.pcall('publish', channel, queue.payload(token, queue.provisionalEnd, key)) -- write, then announce
       end
       if written.err or type(heard) ~= 'number' then
         redis.pcall('zadd', waiters, place, entry)
-        return -1, written.err or heard.err
+        return -1, written.err or heard.err, true
       end
-      if heard > 0 then return 1 end
+      if heard > 0 then return 1, nil, listeners end
     end
   end
 end

@@ -28,12 +28,16 @@ if current == false then
   local head = redis.pcall('zrange', KEYS[2], 0, 0)
   local locker, token
   if type(head) == 'table' and #head == 1 then locker, token = queue.entry(head[1]) end
-  if locker then redis.pcall('publish', queue.channel(locker), queue.payload(token, KEYS[1])) end
+  if locker then redis.pcall('publish', queue.channel(locker), queue.payload(token, '', KEYS[1])) end
   return 0
 end
 local suffix = ARGV[6]
 if type(current) ~= 'string' or #current <= #suffix or string.sub(current, -#suffix) ~= suffix then return 0 end
-if handOn(KEYS[1], KEYS[2], tonumber(ARGV[8]), 0) == 1 then return 2 end
+local handed, _, woke = handOn(KEYS[1], KEYS[2], tonumber(ARGV[8]), 0)
+if handed == 1 then
+  if woke and ARGV[7] ~= '' then redis.pcall('publish', ARGV[7], KEYS[1]) end -- a listener taken off
+  return 2
+end
 redis.call('del', KEYS[1])
 if ARGV[7] ~= '' then redis.pcall('publish', ARGV[7], KEYS[1]) end
 return 1

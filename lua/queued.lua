@@ -12,7 +12,7 @@
 -- ARGV[6]  the end our value states, in Unix ms
 --
 -- Returns {1, ''}         the key is ours, holding our value and its safety
---                         net, and our entry is off the queue: SETNX
+--                         net, and our entry is off the queue: SET NX PX
 --                         created the key, or the key carried our token
 --                         with an earlier end and we claimed it (a release
 --                         handed it to us, or an attempt of ours whose
@@ -32,8 +32,7 @@ local function dequeue()
   if type(removed) == 'table' then return {1, removed.err} end
   return {1, ''}
 end
-if redis.call('setnx', KEYS[1], ARGV[1]) == 1 then
-  redis.call('pexpire', KEYS[1], ARGV[2])
+if redis.call('set', KEYS[1], ARGV[1], 'nx', 'px', ARGV[2]) then
   return dequeue()
 end
 local current = redis.pcall('get', KEYS[1])

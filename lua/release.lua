@@ -11,7 +11,8 @@
 --            starvation threshold in µs (handOn's barge), '0' to hand it
 --            over whatever the wait
 -- ARGV[8]    how long to remember this release, in ms (the rest of our
---            lease), or '0' not to
+--            lease), or '0' not to; only a release of bare values
+--            remembers itself (forcetrace.go)
 -- ARGV[9]    our owner token, or '' when our values carry none
 -- ARGV[10]   without a token: this release's own id, fresh for each run
 --            the client makes (go-redis resends it unchanged)
@@ -20,15 +21,17 @@
 -- Only if the key is ours (H3), it hands the key to the first queued
 -- waiter that hears of it (handOn), or else deletes it and wakes the key's
 -- other waiters (and, when handOn let the waiters barge, the first in
--- line); then it remembers what it released for the rest of our
--- lease: our token, or without one this release's id, in a sorted set
--- scored by the instant until which each is remembered. go-redis sends a
--- script again when its reply was lost; the second run finds the key no
--- longer ours, even if the key has had other holders since, and
--- recognises its own release (H5) instead of reporting the lease lost.
--- Without a token the second run looks for its id first: by then another
--- holder may have written the very same bare timestamp (the same second),
--- which the owner check would take for ours and delete (H3).
+-- line). When it hands over, it publishes on the wake channel only if the
+-- queue held anyone: waits on wake-ups list themselves in the queue as
+-- listeners (protocol.go), so an uncontended release publishes nothing. go-redis sends a script again when its reply was lost; the
+-- second run finds the key no longer ours, even if the key has had other
+-- holders since. With a token the caller takes that for its own release
+-- (H5; forcetrace.go): nothing is remembered. Without a token the release
+-- remembers this run's id for the rest of our lease, in a sorted set
+-- scored by the instant until which each is remembered, and the second
+-- run looks for its id first: by then another holder may have written the
+-- very same bare timestamp (the same second), which the owner check would
+-- take for ours and delete (H3).
 --
 -- Returns {2, ''}     handed to a waiter
 --         {1, error}  deleted; error is why a handoff failed, or ''
@@ -70,15 +73,18 @@ local function remember()
 end
 
 local failed = ''
+local wake = ARGV[5] ~= '' -- a release that does not hand over always wakes
 if waiters then
-  local handed, err = handOn(KEYS[1], waiters, tonumber(ARGV[6]), tonumber(ARGV[7]))
+  local handed, err, woke = handOn(KEYS[1], waiters, tonumber(ARGV[6]), tonumber(ARGV[7]))
+  wake = wake and woke -- only if the queue held anyone, a listener included
   if handed == 1 then
+    if wake then redis.pcall('publish', ARGV[5], KEYS[1]) end
     remember()
     return {2, ''}
   end
   if handed == -1 then failed = err end
 end
 redis.call('del', KEYS[1])
-if ARGV[5] ~= '' then redis.pcall('publish', ARGV[5], KEYS[1]) end
+if wake then redis.pcall('publish', ARGV[5], KEYS[1]) end
 remember()
 return {1, failed}

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"os/signal"
@@ -70,6 +71,9 @@ func acquire(opts runOptions, locker *setnxlock.Locker, sigs <-chan os.Signal, o
 			defer cancelWait()
 		}
 		lock, err = locker.Acquire(waitCtx, opts.key)
+		if err == nil {
+			err = ownLease(waitCtx, lock, opts.ttl)
+		}
 	}
 	if s := stopWatch(); s != nil {
 		if lock != nil { // won as the signal came: give it back
@@ -90,6 +94,21 @@ func acquire(opts runOptions, locker *setnxlock.Locker, sigs <-chan os.Signal, o
 	}
 	out.warn("cannot take the lock at %s: %v", redactURL(opts.url), err)
 	return nil, exitUnavailable
+}
+
+// ownLease gives a lock that Acquire returned a lease of the run's own
+// TTL before the command starts. A lock handed over by a release is held
+// on the release's provisional value until its claim, sent in the
+// background, is confirmed: a lease of 250ms at most, shorter than the
+// kill schedule's grace, which would signal the command at once. The
+// Refresh waits for that claim and moves the lease to the full TTL; a
+// claim that failed is a lock not acquired.
+func ownLease(ctx context.Context, lock *setnxlock.Lock, ttl time.Duration) error {
+	if err := lock.Refresh(ctx, ttl); err != nil {
+		releaseQuietly(lock)
+		return fmt.Errorf("%w: the lock handed over was lost before the command started: %w", setnxlock.ErrNotAcquired, err)
+	}
+	return nil
 }
 
 // watchSignals ends the wait (cancel) on a signal. The returned stop ends

@@ -123,6 +123,36 @@ func TestARunWaitsThenRuns(t *testing.T) {
 	}
 }
 
+// A run handed the lock by a release holds it first on the release's
+// provisional value, for 250ms at most, until its claim is confirmed (the
+// library's heard.go); its command starts only once the lease is the
+// run's own, of its whole TTL, which the command reads in its environment.
+func TestARunHandedTheLockStartsItsCommandOnALeaseOfItsOwn(t *testing.T) {
+	t.Parallel()
+	s := startServer(t)
+	held := s.hold(t, "k", 30*time.Second)
+	dir := t.TempDir()
+	p := s.start(t, dir, "run", "-w", "15", "--ttl", "20s", "k", "--", "sh", "-c", `echo "$SETNXLOCK_EXPIRES_AT" > out`)
+	eventually(t, 10*time.Second, func() bool { return s.raw.ZCard(context.Background(), "{k}.waiters").Val() == 1 },
+		"the run queueing on the key")
+	time.Sleep(5 * time.Millisecond) // past the starvation threshold: the release hands the key over
+	before := time.Now()
+	if err := held.Release(await.Context(t)); err != nil {
+		t.Fatal(err)
+	}
+	if code, _ := p.exit(t, 10*time.Second); code != 0 {
+		t.Fatalf("exit %d: %s", code, p.errors())
+	}
+	out, _ := os.ReadFile(filepath.Join(dir, "out"))
+	expires, err := time.Parse(time.RFC3339, strings.TrimSpace(string(out)))
+	if err != nil {
+		t.Fatalf("SETNXLOCK_EXPIRES_AT %q: %v", out, err)
+	}
+	if expires.Before(before.Add(19 * time.Second)) {
+		t.Errorf("SETNXLOCK_EXPIRES_AT %v is not the run's own lease of 20s after the handoff at %v", expires, before)
+	}
+}
+
 // The command gets the key, the lease's end in RFC 3339 and, with
 // --fencing, the token.
 func TestTheCommandGetsTheLockInItsEnvironment(t *testing.T) {

@@ -31,6 +31,7 @@ var BrokenRuns = []struct{ Mode, Assumption string }{
 	{ModeMixed, BreakOwnerCheck},
 	{ModeElection, BreakRestartNoPersistence}, // terms start over: the fence catches it too
 	{ModePartition, BreakSkew},
+	{ModeHeard, BreakOwnerCheck}, // every client on the broken build: a paused holder's late Release deletes a successor's lock, or hands it over
 }
 
 // Breaks lists the assumptions Break knows.

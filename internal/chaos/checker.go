@@ -124,14 +124,15 @@ func Check(h History, b Bounds) Report {
 			cut[slotName(f.Client)] = append(cut[slotName(f.Client)], Interval{From: f.At, To: f.Until})
 		}
 	}
+	claims := doubtSpans(h.Doubts, b)
 	for _, key := range sortedKeys(byKey) {
 		acqs := byGrant(byKey[key])
 		r.Violations = append(r.Violations, leaseOverlaps(key, acqs)...)
 		if b.Fenced {
 			r.Violations = append(r.Violations, tokenOrder(key, acqs)...)
 		}
-		r.recovery(key, acqs, calls[key], states[key], h.End, pause, b)
-		r.freeWaits(key, acqs, calls[key], pause, states[key], stops, cut, b)
+		r.recovery(key, acqs, calls[key], claims[key], states[key], h.End, pause, b)
+		r.freeWaits(key, acqs, calls[key], claims[key], pause, states[key], stops, cut, b)
 		r.lossSignals(key, acqs, h.End, pause, frozen, b)
 	}
 	if b.Fenced {

@@ -26,6 +26,7 @@ func (h *harness) workerConfig(name string, slot int) WorkerConfig {
 		MinBackoff: c.MinBackoff, MaxBackoff: c.MaxBackoff, ReadTimeout: c.ReadTimeout,
 		MaxRetries: retries, LongHoldRate: c.LongHoldRate,
 		CancelRate: c.CancelRate, HandoffCancelRate: c.HandoffCancelRate, CloseEvery: c.CloseEvery,
+		Claims: c.Claims,
 	}
 }
 

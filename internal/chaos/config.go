@@ -65,6 +65,11 @@ type Config struct {
 	// its own.
 	PartitionEvery time.Duration
 
+	// Claims are the heard mode's faults: claims after a handoff delayed,
+	// dropped or their replies lost, handoff messages held on arrival. Each
+	// client injects them below its go-redis client (claimfaults.go).
+	Claims ClaimFaults
+
 	ClientTags   string    // build tags of the client program (OwnerCheckOffTag breaks the owner check)
 	ClientBinary string    // a client program already built with ClientTags; built into a temporary directory if empty
 	Log          io.Writer `json:"-"` // progress lines; nil for none
@@ -135,6 +140,16 @@ func (c *Config) modeDefaults(mode string) {
 		c.CrashRate = 0 // as in autorefresh: a goroutine cannot stop its renewals short of Release
 		c.LongHoldRate = 0.02
 		c.PartitionEvery = 200 * time.Millisecond
+	case ModeHeard:
+		// A handoff is a provisional hold until the claim lands: a claim
+		// held back up to 1.6 claim windows lands after the provisional
+		// end (some past the client's read timeout, after it gave up), or
+		// never; a handoff heard up to 1.2 claim windows late is heard
+		// after that end. A handoff's fate holds for every claim of it (a
+		// claim can fail for good); 6%, 3%, 3% of handoffs keep the mode
+		// within its minute of make chaos (10%, 5%, 5% took 65s).
+		c.Claims = ClaimFaults{DelayRate: 0.06, DropRate: 0.03, LoseRate: 0.03, MaxDelay: handoffClaimWindow * 8 / 5,
+			HoldRate: 0.1, MaxHold: handoffClaimWindow * 6 / 5}
 	case ModeFormats:
 		// UnixSeconds leases last up to two seconds: more keys keep the run
 		// going while crashed holders' keys wait out their leases.

@@ -30,7 +30,11 @@
 //     of faults; clients.go, the run's clients; faultkinds.go, the kinds of
 //     fault; faultplan.go, those injected at the resource; restarts.go,
 //     server restarts; serverfaults.go, the faults injected from outside
-//     the clients; partition.go, one client at a time cut off from Redis.
+//     the clients; partition.go, one client at a time cut off from Redis;
+//     claimfaults.go and faultconn.go, the heard mode's faults, which
+//     each client injects below its go-redis client (claims after a
+//     handoff delayed, dropped or their replies lost, handoff messages
+//     held on arrival); claimdoubts.go, such claims in doubt.
 //   - modes.go, config.go, breaks.go: the modes (the library's
 //     configurations under test), the run's parameters and the
 //     assumptions a run can break; the network faults themselves,

@@ -33,7 +33,7 @@ func finalChecks(cfg Config, servers *backend) Final {
 	f := Final{Bound: cfg.finalBound(), Acquired: map[string]time.Duration{}}
 	wc := WorkerConfig{Redis: servers.nodeAddrs(), Cluster: servers.cluster, Password: aclPassword,
 		Locker: lockerFor(cfg.Mode, 0), Loops: 1, ReadTimeout: cfg.ReadTimeout}
-	client := newRedisClient(wc)
+	client := newRedisClient(wc, nil)
 	defer client.Close()
 	locker, err := setnxlock.New(client, append([]setnxlock.Option{setnxlock.WithTTL(cfg.TTL),
 		setnxlock.WithSkewMargin(cfg.Margin), setnxlock.WithBackoff(cfg.MinBackoff, cfg.MaxBackoff)}, wc.Locker.Options()...)...)

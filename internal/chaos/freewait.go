@@ -29,12 +29,14 @@ type waitEnd struct {
 // Acquire calls that won nothing. A write in doubt (Call.InDoubt, or a
 // waiter killed mid-call) may have held the key for a whole lease without
 // anyone knowing it owns it: a wait that such a lease may cover is counted
-// in InDoubtWaits instead. Time a server spent down, or the machine
+// in InDoubtWaits instead, as is one a claim in doubt (claims, the spans
+// in which one may have held the key: claimdoubts.go) may cover. Time a server spent down, or the machine
 // stalled (down holds both), does not count. A
 // wait over the bound is checked against what the server held (heldBy).
-func (r *Report) freeWaits(key string, acqs []Acquisition, calls []Call, down []Interval, states []KeyState, stops []FaultAt,
+func (r *Report) freeWaits(key string, acqs []Acquisition, calls []Call, claims []Interval, down []Interval, states []KeyState, stops []FaultAt,
 	frozen map[string][]Interval, b Bounds) {
 	waiting, ends, doubts := waitsOf(acqs, calls, b)
+	doubts = append(doubts, claims...)
 	stopped := stoppedWhileWaiting(waiting, stops)
 	slices.SortFunc(waiting, func(a, b caller) int { return a.From.Compare(b.From) })
 	slices.SortFunc(doubts, func(a, b Interval) int { return a.From.Compare(b.From) })

@@ -66,6 +66,11 @@ func TestEveryModeRunsWithoutASafetyViolation(t *testing.T) {
 				assert.Positive(t, res.Faults.Kinds[FaultQueuedLost], "queued attempts' replies lost")
 				assert.Positive(t, res.Faults.Kinds[FaultQueuedHeld], "queued attempts held back")
 			}
+			if mode == ModeHeard {
+				for _, kind := range []string{FaultClaimDelayed, FaultClaimDropped, FaultClaimLost, FaultHandoffHeld} {
+					assert.Positive(t, res.Faults.Kinds[kind], kind)
+				}
+			}
 			if mode == ModePartition {
 				assert.Positive(t, res.Faults.Kinds[FaultPartition], "holders cut off")
 				assert.NotEmpty(t, res.Report.LossGaps, "losses signalled to holders at work")
@@ -87,6 +92,7 @@ func TestBrokenAssumptionsAreCaughtByEveryChecker(t *testing.T) {
 		{ModeDefault, BreakOwnerCheck, OwnerCheckOffTag, 200, both}, // the release script hands over any key: the handoff's owner check off
 		{ModeNoScripts, BreakOwnerCheck, OwnerCheckOffTag, 200, both},
 		{ModeFencing, BreakRestartNoPersistence, "", 400, []string{"fence"}}, // tokens start over
+		{ModeHeard, BreakOwnerCheck, OwnerCheckOffTag, 200, both},            // under the heard mode's faults
 	} {
 		t.Run(tc.mode+"/"+tc.assumption, func(t *testing.T) {
 			// The owner-check runs' clients are built with -tags
@@ -110,6 +116,7 @@ func TestWorkerConfigRoundTrips(t *testing.T) {
 		MinBackoff: time.Millisecond, MaxBackoff: 9 * time.Millisecond, ReadTimeout: 50 * time.Millisecond,
 		MaxRetries: -1, LongHoldRate: 0.25, Locker: LockerConfig{Format: 2, NoScripts: true, User: UserPoller, UntilLost: true, ContextTimeout: true},
 		CancelRate: 0.1, HandoffCancelRate: 0.2, CloseEvery: time.Second,
+		Claims: ClaimFaults{DelayRate: 0.1, DropRate: 0.05, LoseRate: 0.05, MaxDelay: time.Second, HoldRate: 0.1, MaxHold: time.Second},
 	}
 	parsed, err := ParseWorkerArgs(cfg.Args())
 	require.NoError(t, err)

@@ -15,6 +15,7 @@ type History struct {
 	ServerStalls []Interval `json:",omitempty"` // when the server answered the key sampler late: it served nobody (stalls.go)
 	Faults       []FaultAt  // every fault but the network's, as the harness learned of it
 	Keys         []KeyState // what the server held, sampled (sampler.go); empty on a Cluster
+	Doubts       []Doubt    `json:",omitempty"` // claims after a handoff that a fault may have landed unknown to their client (claimdoubts.go)
 	End          time.Time  // when the run stopped its clients
 }
 
@@ -91,12 +92,19 @@ type Acquisition struct {
 func (a Acquisition) ID() AcqID { return AcqID{Client: a.Client, Seq: a.Seq} }
 
 // Section is the interval the acquisition counts as a critical section
-// for mutual exclusion, and whether there is one at all.
+// for mutual exclusion, and whether there is one at all. A holder told
+// of its loss (Told) holds no longer than that, whatever its last check
+// found: its Lock has reported its end (in the heard mode, a claim after
+// a handoff that failed; a lease that ran out).
 func (a Acquisition) Section() (Interval, bool) {
-	if a.Entered.IsZero() {
+	if a.Entered.IsZero() || (!a.Told.IsZero() && !a.Told.After(a.Entered)) {
 		return Interval{}, false
 	}
-	return Interval{From: a.Entered, To: a.LastLive}, true
+	to := a.LastLive
+	if !a.Told.IsZero() {
+		to = earlier(to, a.Told)
+	}
+	return Interval{From: a.Entered, To: to}, true
 }
 
 // freedBy is the latest instant at which the key was certainly free of

@@ -27,10 +27,11 @@ const (
 	ModeMixed       = "mixed"       // default, in-order handoff, polling and bare-format Lockers on the same keys
 	ModeElection    = "election"    // Campaign and Resign: each key an election's lock, each term a fencing token
 	ModePartition   = "partition"   // WithAutoRefresh holders working until told of a loss, one at a time cut off from Redis (H11)
+	ModeHeard       = "heard"       // queueing Lockers, half WithoutScripts, holders working until Done; handoff messages held on arrival, claims delayed or dropped
 )
 
 // Modes lists every mode, in the order `make chaos` runs them.
-var Modes = []string{ModeDefault, ModeNoScripts, ModeClassic, ModeFormats, ModeAutoRefresh, ModeFencing, ModeCluster, ModeMixed, ModeElection, ModePartition}
+var Modes = []string{ModeDefault, ModeNoScripts, ModeClassic, ModeFormats, ModeAutoRefresh, ModeFencing, ModeCluster, ModeMixed, ModeElection, ModePartition, ModeHeard}
 
 // LockerConfig is the part of a client's configuration that is a choice of
 // the library's options.
@@ -129,6 +130,13 @@ func lockerFor(mode string, slot int) LockerConfig {
 	case ModePartition:
 		c.AutoRefresh, c.UntilLost = true, true
 		c.ContextTimeout = slot%4 >= 2 // half go-redis's default, half ContextTimeoutEnabled; each half with and without retries
+	case ModeHeard:
+		// A handoff is a provisional hold: the holder relies on its Lock to
+		// end at the provisional end when its claim fails, as code under
+		// Lock.Context does; half on the scripted path (queued.lua claims),
+		// half on the command path (the watched claim).
+		c.UntilLost = true
+		c.NoScripts = slot%4 >= 2
 	case ModeMixed:
 		switch slot % 4 {
 		case 1:

@@ -30,6 +30,8 @@ type recorder struct {
 	faults       map[string]int // faults, by kind
 	faultLog     []FaultAt
 	states       []KeyState
+	doubts       []Doubt              // claims a fault may have landed unknown to their client (claimdoubts.go)
+	dead         map[string]time.Time // processes recorded killed, and when
 
 	// onAcquired is called, without mu, with the number of acquisitions
 	// recorded so far.
@@ -37,7 +39,7 @@ type recorder struct {
 }
 
 func newRecorder(onAcquired func(int)) *recorder {
-	return &recorder{acqs: map[AcqID]*Acquisition{}, pending: map[AcqID]*Call{}, open: map[AcqID]time.Time{}, maxToken: map[string]int64{},
+	return &recorder{acqs: map[AcqID]*Acquisition{}, pending: map[AcqID]*Call{}, open: map[AcqID]time.Time{}, dead: map[string]time.Time{}, maxToken: map[string]int64{},
 		releases: map[string]int{}, faults: map[string]int{}, onAcquired: onAcquired}
 }
 
@@ -84,8 +86,10 @@ func (r *recorder) failed(id AcqID, end time.Time, doubt bool, text string) {
 	r.fails = append(r.fails, id.Client+": "+text)
 }
 
-// killed ends the pending Acquire calls of a process's loops: the process
-// was killed at the given instant.
+// killed ends the pending Acquire calls and open sections of a process's
+// loops: the process was killed at the given instant. A section whose
+// entry the resource reads after that (sent just before the kill) is
+// ended as it opens (checked).
 func (r *recorder) killed(process string, at time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -99,6 +103,7 @@ func (r *recorder) killed(process string, at time.Time) {
 			r.calls = append(r.calls, *c)
 		}
 	}
+	r.dead[process] = at
 	for id := range r.open {
 		if processOf(id.Client) == process {
 			delete(r.open, id)
@@ -151,6 +156,10 @@ func (r *recorder) checked(id AcqID, at time.Time, live bool, leaseEnd time.Time
 	case live && a.Entered.IsZero():
 		a.Entered, a.LastLive = at, at
 		r.open[id] = at
+		if killed, dead := r.dead[processOf(id.Client)]; dead { // its report came in after its process's end
+			a.Killed = killed
+			delete(r.open, id)
+		}
 	case live:
 		a.LastLive = at
 	}
@@ -283,7 +292,7 @@ func (r *recorder) history(mode string, end time.Time) History {
 	h := History{Mode: mode, End: end, Ops: append([]Op(nil), r.ops...), Downtime: append([]Interval(nil), r.down...),
 		Stalls: append([]Interval(nil), r.stalls...), ServerStalls: append([]Interval(nil), r.serverStalls...),
 		Calls: append([]Call(nil), r.calls...), Faults: append([]FaultAt(nil), r.faultLog...),
-		Keys: append([]KeyState(nil), r.states...)}
+		Keys: append([]KeyState(nil), r.states...), Doubts: append([]Doubt(nil), r.doubts...)}
 	for _, id := range r.order {
 		h.Acquisitions = append(h.Acquisitions, *r.acqs[id])
 	}

@@ -12,17 +12,17 @@ import (
 
 // recovery measures how soon each crashed holder's key was acquired again.
 // acqs are sorted by grant; calls are the key's Acquire calls that won
-// nothing, of which those in doubt or killed may have held the key unknown;
-// states are the key's samples, in which a lease nobody was granted shows
+// nothing, of which those in doubt or killed may have held the key unknown,
+// as may the claims in doubt (claimdoubts.go), which span when; states are the key's samples, in which a lease nobody was granted shows
 // a write in doubt (unreportedLease).
-func (r *Report) recovery(key string, acqs []Acquisition, calls []Call, states []KeyState, end time.Time, pause []Interval, b Bounds) {
+func (r *Report) recovery(key string, acqs []Acquisition, calls []Call, claims []Interval, states []KeyState, end time.Time, pause []Interval, b Bounds) {
 	mayHaveHeld := func(from, to time.Time) bool {
 		for _, c := range calls {
 			if (c.InDoubt || c.Killed) && c.Start.Before(to) && c.End.Add(b.lease(c.Client)+b.Takeover).After(from) {
 				return true
 			}
 		}
-		return false
+		return within(claims, from, to)
 	}
 	sorted := acqs
 	for i, a := range sorted {

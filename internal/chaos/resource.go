@@ -256,8 +256,12 @@ func (s *resource) events(conn net.Conn, in *bufio.Reader, client string) {
 		if err != nil {
 			return
 		}
-		if kind, ok := strings.CutPrefix(strings.TrimSpace(line), "fault "); ok {
+		line = strings.TrimSpace(line)
+		if kind, ok := strings.CutPrefix(line, "fault "); ok {
 			s.rec.fault(kind, client)
+		}
+		if doubt, ok := strings.CutPrefix(line, "doubt "); ok {
+			s.rec.doubt(client, doubt)
 		}
 	}
 }

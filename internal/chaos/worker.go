@@ -40,6 +40,7 @@ type WorkerConfig struct {
 	CancelRate        float64       // per Acquire: its context ends at a random moment within two leases
 	HandoffCancelRate float64       // per release of a key announced by the harness: cancel an Acquire waiting on it within 3ms
 	CloseEvery        time.Duration // mean time between Locker.Close calls while an Acquire waits (0: never)
+	Claims            ClaimFaults   // the heard mode's faults, injected below go-redis (claimfaults.go)
 }
 
 // errCrashed is RunWorker's error when the harness told it to crash.
@@ -51,7 +52,22 @@ var errCrashed = errors.New("chaos: told to crash")
 // errCrashed, holding its locks and never releasing them, when the harness
 // tells one loop to crash.
 func RunWorker(parent context.Context, cfg WorkerConfig) error {
-	client := newRedisClient(cfg)
+	ev, err := dialEvents(cfg.Resource, cfg.Name)
+	if err != nil {
+		return fmt.Errorf("chaos: %s: events: %w", cfg.Name, err)
+	}
+	defer ev.close()
+	var claims *claimFaults
+	if cfg.Claims.any() {
+		claims = newClaimFaults(cfg.Claims, cfg.Seed, cfg.Name, func(kind, key string) {
+			if kind == claimInDoubt {
+				ev.send(fmt.Sprintf("doubt %s %d", key, time.Now().UnixNano()))
+				return
+			}
+			ev.fault(kind)
+		})
+	}
+	client := newRedisClient(cfg, claims)
 	defer client.Close()
 	client.AddHook(traceHook{retried: retriedAfter(cfg)})
 	clock := SkewedClock{Offset: cfg.Offset}
@@ -67,11 +83,6 @@ func RunWorker(parent context.Context, cfg WorkerConfig) error {
 
 	ctx, cancel := context.WithCancelCause(parent)
 	defer cancel(nil)
-	ev, err := dialEvents(cfg.Resource, cfg.Name)
-	if err != nil {
-		return fmt.Errorf("chaos: %s: events: %w", cfg.Name, err)
-	}
-	defer ev.close()
 	waits := &waiting{byKey: map[string]map[*pendingAcquire]struct{}{}}
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -121,18 +132,23 @@ func firstError(errs <-chan error, n int) error {
 }
 
 // newRedisClient connects to the proxy in front of the server, or to the
-// Cluster's nodes through theirs.
-func newRedisClient(cfg WorkerConfig) redis.UniversalClient {
+// Cluster's nodes through theirs; with claims, each connection to the
+// single server carries the heard mode's faults (faultconn.go).
+func newRedisClient(cfg WorkerConfig, claims *claimFaults) redis.UniversalClient {
 	user, password := cfg.Locker.User, ""
 	if user != "" {
 		password = cfg.Password
 	}
 	if !cfg.Cluster {
-		return redis.NewClient(&redis.Options{
+		opts := &redis.Options{
 			Addr: cfg.Redis[0], Username: user, Password: password, PoolSize: 2 + cfg.Loops, MaxRetries: cfg.MaxRetries,
 			DialTimeout: 2 * cfg.ReadTimeout, ReadTimeout: cfg.ReadTimeout, WriteTimeout: cfg.ReadTimeout,
 			ContextTimeoutEnabled: cfg.Locker.ContextTimeout, ClientName: cfg.Name,
-		})
+		}
+		if claims != nil {
+			opts.Dialer = claimFaultDialer(claims)
+		}
+		return redis.NewClient(opts)
 	}
 	proxyOf := map[string]string{}
 	var nodes []string
