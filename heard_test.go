@@ -27,11 +27,7 @@ func gateHeardClaim(t *testing.T, c *redis.Client) *gate {
 	t.Cleanup(g.pass) // a failed test must not strand the gated client
 	var once sync.Once
 	hookStep(c, stepClaim, func(send func() error, cmds []redis.Cmder) error {
-		heard := stepClaim.sentBy(cmds) // the commands' claim, told by what it sends
-		if len(cmds) == 1 && cmds[0].Name() == "evalsha" {
-			heard = scriptNames[fmt.Sprint(cmds[0].Args()[1])] == "claim"
-		}
-		if heard {
+		if sendsHeardClaim(cmds) {
 			once.Do(func() {
 				close(g.arrived)
 				<-g.open // bounded: the test passes the gate, or its cleanup does
@@ -40,6 +36,33 @@ func gateHeardClaim(t *testing.T, c *redis.Client) *gate {
 		return send()
 	})
 	return g
+}
+
+// sendsHeardClaim reports whether cmds are a heard claim: claim.lua, or the
+// commands' claim, told by what it sends.
+func sendsHeardClaim(cmds []redis.Cmder) bool {
+	if len(cmds) == 1 && cmds[0].Name() == "evalsha" {
+		return scriptNames[fmt.Sprint(cmds[0].Args()[1])] == "claim"
+	}
+	return stepClaim.sentBy(cmds)
+}
+
+// refuseHeardClaims makes the server refuse every heard claim the client
+// sends from now on, as it does when out of memory: nothing is applied.
+func refuseHeardClaims(c *redis.Client) *atomic.Int32 {
+	refused := new(atomic.Int32)
+	hookStep(c, stepClaim, func(send func() error, cmds []redis.Cmder) error {
+		if !sendsHeardClaim(cmds) {
+			return send()
+		}
+		refused.Add(1)
+		err := serverError("OOM command not allowed when used memory > 'maxmemory'.")
+		for _, cmd := range cmds {
+			cmd.SetErr(err)
+		}
+		return err
+	})
+	return refused
 }
 
 // heardWait is a queued waiter whose heard claim the test holds back,
@@ -184,8 +207,48 @@ func TestAHandedLockWhoseClaimFindsAnotherValueIsLost(t *testing.T) {
 		await.Recv(t, lock.Done(), "the Lock lost by its claim")
 		require.ErrorIs(t, lock.Err(), ErrNotHeld)
 		assert.Equal(t, []EventKind{EventAcquired, EventLost}, h.events.kinds())
+		assert.False(t, lock.ExpiresAt().After(b.clock.Now()),
+			"the lease is over once another holder has the key, not %v later", lock.ExpiresAt().Sub(b.clock.Now()))
 		require.ErrorIs(t, lock.Release(ctx), ErrNotHeld)
 		assert.Equal(t, other, b.value(t, "lock.k"), "the other holder's value is left alone")
+	})
+}
+
+// A claim the server refuses (out of memory) loses the Lock, and the
+// Lock gives the provisional value back at once so the next in line need
+// not wait out the window. Its lease is then over by its own account:
+// ExpiresAt no later than the loss, so a holder that checks it before
+// each write, as the README asks, stops there and never works beside the
+// next holder (the chaos run's formats overlap: a claim refused under OOM,
+// the value given back, and the holder working on to the provisional end).
+func TestAHandedLockWhoseClaimIsRefusedIsOverWhenItGivesTheKeyBack(t *testing.T) {
+	onEachQueueingPath(t, func(t *testing.T, b *backend, path Option) {
+		holder, err := b.locker(t, path).TryAcquire(ctx, "lock.k")
+		require.NoError(t, err)
+		client := b.client(t)
+		refused := refuseHeardClaims(client)
+		w := b.lockerOn(t, client, path)
+		warm(t, w)
+		waitCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		acquired := make(chan acquisition, 1)
+		go func() {
+			lock, err := w.Acquire(waitCtx, "lock.k")
+			acquired <- acquisition{lock, err}
+		}()
+		b.queued(t, "lock.k", 1)
+		require.NoError(t, holder.Release(ctx))
+		got := await.Recv(t, acquired, "the waiter's Acquire, handed the key")
+		require.NoError(t, got.err)
+		lock := got.lock
+
+		await.Recv(t, lock.Done(), "the Lock lost by its refused claim")
+		require.ErrorIs(t, lock.Err(), ErrNotHeld)
+		assert.NotZero(t, refused.Load(), "the claim was sent and refused")
+		claimReturned(t, lock)
+		assert.Equal(t, "<missing>", b.value(t, "lock.k"), "the provisional value given back")
+		assert.False(t, lock.ExpiresAt().After(b.clock.Now()),
+			"the lease is over once the key is given back, not %v later", lock.ExpiresAt().Sub(b.clock.Now()))
 	})
 }
 

@@ -15,6 +15,7 @@ type lease struct {
 	renewedAt time.Time // when the current lease began: renewals count their interval from here
 	expiresAt time.Time // when it ends by the Locker's clock
 	err       error     // why the Lock's life ended: nil after Release, ErrNotHeld after a loss
+	cut       time.Time // a loss before expiresAt: when it ended the holder's lease (heldUntil); zero otherwise
 	ended     bool      // the Lock's life has ended: err says why
 
 	done       chan struct{} // closed by conclude or runOut once the end has been announced
@@ -27,10 +28,22 @@ func newLease(start, end time.Time) *lease {
 	return &lease{renewedAt: start, expiresAt: end, done: make(chan struct{}), moved: make(chan struct{}, 1)}
 }
 
-// ends returns the end of the lease.
+// ends returns the end of the lease as Redis confirmed it, which a loss
+// does not move (heldUntil does).
 func (s *lease) ends() time.Time {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.expiresAt
+}
+
+// heldUntil returns until when the holder may act on the lease: its end,
+// or the instant a loss cut it short (conclude).
+func (s *lease) heldUntil() time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.cut.IsZero() {
+		return s.cut
+	}
 	return s.expiresAt
 }
 
@@ -60,13 +73,21 @@ func (s *lease) move(start, end time.Time) bool {
 	return true
 }
 
-// conclude ends the Lock's life with err (nil for a release), and reports
-// whether this call ended it: only the first does. The call that ends it
-// runs announce before it closes done, so whoever is woken by Done, or by
-// the Release or Refresh that returns on it, finds the observer told.
-func (s *lease) conclude(err error, announce func(error)) (ended bool) {
+// conclude ends the Lock's life at now with err (nil for a release), and
+// reports whether this call ended it: only the first does. A loss ends
+// the holder's lease with the life: one that still had time left is cut
+// at now (heldUntil), so a holder that checks ExpiresAt before each write
+// stops here, before the key it no longer holds is given back or taken (a
+// claim refused or beaten while the provisional hold had time left,
+// heard.go; a Refresh that found the key not ours). The call that ends it runs announce before it closes
+// done, so whoever is woken by Done, or by the Release or Refresh that
+// returns on it, finds the observer told.
+func (s *lease) conclude(now time.Time, err error, announce func(error)) (ended bool) {
 	s.mu.Lock()
 	ended = s.endLocked(err)
+	if ended && err != nil && s.expiresAt.After(now) {
+		s.cut = now
+	}
 	s.mu.Unlock()
 	if ended {
 		s.announced(err, announce)

@@ -76,7 +76,7 @@ func (k *Lock) Context(parent context.Context) context.Context {
 // reports that loss, as Done and Err have (H11).
 func (k *Lock) finish(state lockState, err error) error {
 	k.state.settle(state)
-	if k.lease.conclude(err, k.announceEnd) {
+	if k.lease.conclude(k.locker.cfg.clock.Now(), err, k.announceEnd) {
 		return err
 	}
 	if lost := k.Err(); err == nil && errors.As(lost, new(ranOut)) {
@@ -100,7 +100,7 @@ func (e ranOut) Unwrap() error { return ErrNotHeld }
 
 // announceEnd tells the observer how the lock's life ended.
 func (k *Lock) announceEnd(err error) {
-	e := Event{Kind: EventReleased, Key: k.key, ExpiresAt: k.ExpiresAt(), FencingToken: k.fencingToken, Err: err}
+	e := Event{Kind: EventReleased, Key: k.key, ExpiresAt: k.lease.ends(), FencingToken: k.fencingToken, Err: err}
 	if err != nil {
 		e.Kind = EventLost
 	}

@@ -78,12 +78,15 @@ func (k *Lock) Key() string {
 // ExpiresAt returns the end of the lease: after this instant, by the
 // Locker's clock, other clients may take the lock over. With a clock that
 // reports its Uncertainty (ServerClock) it is the end the key states less
-// that uncertainty. A nil Lock returns the zero time.
+// that uncertainty. A lock lost before its lease ran out (Done is closed,
+// Err matches ErrNotHeld) reports the instant it was lost, so a holder
+// that checks now.Before(ExpiresAt()) before each write stops there. A nil
+// Lock returns the zero time.
 func (k *Lock) ExpiresAt() time.Time {
 	if k == nil {
 		return time.Time{}
 	}
-	return k.lease.ends()
+	return k.lease.heldUntil()
 }
 
 // Release gives the lock up. It deletes the key only if it still holds our
@@ -118,7 +121,7 @@ func (k *Lock) release(ctx context.Context) error {
 		if err := k.callable(ctx, "release"); err != nil {
 			return err
 		}
-		expiresAt := k.ExpiresAt()
+		expiresAt := k.lease.ends() // a Release in doubt answers by the lease, whatever a Refresh since found (H5)
 		live := !expired(expiresAt, k.locker.cfg.clock.Now())
 		deleted, err := k.locker.deleteIfOwned(ctx, k)
 		if err != nil {

@@ -177,7 +177,7 @@ func (l *Locker) runRelease(ctx context.Context, k *Lock, marking, handing bool)
 		channel = WakeChannel(k.key)
 	}
 	if marking {
-		markFor = max(k.ExpiresAt().Sub(now).Milliseconds(), 0) // the rest of the lease: a resend later finds it over anyway
+		markFor = max(k.lease.ends().Sub(now).Milliseconds(), 0) // the rest of the lease: a resend later finds it over anyway
 	}
 	if markFor > 0 {
 		keys = append(keys, releasedKey(k.key))
