@@ -109,10 +109,17 @@ func (e *eventLog) kinds() []EventKind {
 // queueHeardWait queues a waiter on lock.k behind a holder, its heard
 // claim gated.
 func queueHeardWait(t *testing.T, b *backend, path Option, opts ...Option) *heardWait {
+	return queueWaitBehind(t, b, path, func(c *redis.Client) *gate { return gateHeardClaim(t, c) }, opts...)
+}
+
+// queueWaitBehind queues a waiter on lock.k behind a holder, on a client
+// that hook prepares first (the gate it returns, if any, holds the heard
+// claim back).
+func queueWaitBehind(t *testing.T, b *backend, path Option, hook func(*redis.Client) *gate, opts ...Option) *heardWait {
 	holder, err := b.locker(t, path).TryAcquire(ctx, "lock.k")
 	require.NoError(t, err)
 	client := b.client(t)
-	h := &heardWait{holder: holder, claim: gateHeardClaim(t, client), events: &eventLog{}}
+	h := &heardWait{holder: holder, claim: hook(client), events: &eventLog{}}
 	w := b.lockerOn(t, client, append([]Option{path, WithObserver(h.events)}, opts...)...)
 	warm(t, w)
 	waitCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
@@ -223,22 +230,10 @@ func TestAHandedLockWhoseClaimFindsAnotherValueIsLost(t *testing.T) {
 // the value given back, and the holder working on to the provisional end).
 func TestAHandedLockWhoseClaimIsRefusedIsOverWhenItGivesTheKeyBack(t *testing.T) {
 	onEachQueueingPath(t, func(t *testing.T, b *backend, path Option) {
-		holder, err := b.locker(t, path).TryAcquire(ctx, "lock.k")
-		require.NoError(t, err)
-		client := b.client(t)
-		refused := refuseHeardClaims(client)
-		w := b.lockerOn(t, client, path)
-		warm(t, w)
-		waitCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		defer cancel()
-		acquired := make(chan acquisition, 1)
-		go func() {
-			lock, err := w.Acquire(waitCtx, "lock.k")
-			acquired <- acquisition{lock, err}
-		}()
-		b.queued(t, "lock.k", 1)
-		require.NoError(t, holder.Release(ctx))
-		got := await.Recv(t, acquired, "the waiter's Acquire, handed the key")
+		var refused *atomic.Int32
+		h := queueWaitBehind(t, b, path, func(c *redis.Client) *gate { refused = refuseHeardClaims(c); return nil })
+		require.NoError(t, h.holder.Release(ctx))
+		got := await.Recv(t, h.acquired, "the waiter's Acquire, handed the key")
 		require.NoError(t, got.err)
 		lock := got.lock
 
