@@ -97,7 +97,11 @@ func TestFencingTokensStrictlyIncreaseUnderContention(t *testing.T) {
 	onEachBackend(t, func(t *testing.T, b *backend) {
 		ls := make([]*Locker, lockers)
 		for i := range ls {
-			ls[i] = b.locker(t, WithFencing(), WithClock(systemClock{}), WithTTL(150*time.Millisecond), WithBackoff(100*time.Microsecond, 2*time.Millisecond))
+			// 400ms: each Release must find its lease live, and a 150ms lease
+			// ran out between Acquire and Release in a clean-clone CI run on a
+			// loaded two-core machine under -race (ErrNotHeld, correctly: H11).
+			// The crashed holders (8) cost a lease each.
+			ls[i] = b.locker(t, WithFencing(), WithClock(systemClock{}), WithTTL(400*time.Millisecond), WithBackoff(100*time.Microsecond, 2*time.Millisecond))
 		}
 		var (
 			mu        sync.Mutex
