@@ -211,10 +211,6 @@ func (l *Locker) queueEntryOf(key, token string) *queueEntry {
 	return &queueEntry{key: key, token: token, member: formatEntry(l.handoff.id, token)}
 }
 
-// suffix is how every value written for this wait ends: the entry's token
-// after the value's separator.
-func (e *queueEntry) suffix() string { return string(tokenSeparator) + e.token }
-
 // carries reports whether a value was written for this wait; nothing was
 // for no wait (nil).
 func (e *queueEntry) carries(value string) bool { return e != nil && tokenOf(value) == e.token }
@@ -242,7 +238,7 @@ func restamp(current string, ours stamp) (stamp, error) {
 	if err != nil {
 		return stamp{}, err
 	}
-	ours.value = formatValue(found.Add(time.Millisecond), ours.queuedWait)
+	ours.value = formatValue(found.Add(time.Millisecond), ours.queuedWait, identityOf(ours.value))
 	return ours, nil
 }
 

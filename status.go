@@ -39,6 +39,12 @@ type KeyStatus struct {
 	// Waiters is the length of the key's queue of waiting Acquire calls
 	// (handoff); 0 where nothing queues.
 	Waiters int64
+	// Identity is who the value says holds it (WithIdentity): the part
+	// after its owner token. "" when the value states none (a bare
+	// timestamp, an older version's or a foreign client's value, a value
+	// a release wrote for a queued waiter before its claim) or an identity
+	// part that is not one, which is ignored.
+	Identity string
 }
 
 // Status reads what key holds, without writing anything: one round trip
@@ -88,6 +94,7 @@ func (s *KeyStatus) describe(now time.Time, takeableAt func(heldUntil time.Time)
 	s.ExpiresAt = expiry
 	s.Held = !expired(takeableAt(until), now)
 	s.Format = formatOf(s.Value)
+	s.Identity = identityOf(s.Value)
 }
 
 // formatOf names the format a readable lock value is written in: a decimal
