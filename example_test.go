@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
@@ -449,6 +450,36 @@ func ExampleWithFormat() {
 	// Output:
 	// 1795348805001
 	// <nil>
+}
+
+// Who holds a lock, for people and for any language: the identity follows
+// the owner token in the value, where GET shows it and classic clients,
+// which read only the leading number, ignore it.
+func ExampleWithIdentity() {
+	client, done := newClient()
+	defer done()
+	ctx := context.Background()
+	clock := setnxlock.NewManualClock(time.UnixMilli(1795348800000))
+	locker, _ := setnxlock.New(client,
+		setnxlock.WithIdentity("nightly-report@web-1"), // default: host name and process id
+		setnxlock.WithTTL(5*time.Second),
+		setnxlock.WithClock(clock))
+
+	lock, _ := locker.TryAcquire(ctx, "lock.report")
+	value := client.Get(ctx, "lock.report").Val()
+	end, rest, _ := strings.Cut(value, ":")
+	_, identity, _ := strings.Cut(rest, "|") // after the 26-character owner token
+	fmt.Println(end, identity)
+	status, _ := locker.Status(ctx, "lock.report")
+	fmt.Println("held by", status.Identity)
+	_ = lock.Release(ctx)
+
+	_, err := setnxlock.New(client, setnxlock.WithIdentity("two\nlines"))
+	fmt.Println(errors.Is(err, setnxlock.ErrInvalidArgument))
+	// Output:
+	// 1795348805000 nightly-report@web-1
+	// held by nightly-report@web-1
+	// true
 }
 
 // Two workers on one key: the second waits in the key's queue, and the
