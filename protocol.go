@@ -20,9 +20,14 @@ import (
 //   - One owner per value. Every value written for a wait carries its
 //     entry's token: its own attempts' leases, a release's provisional
 //     value, and every later value of a queued win (its claim, Refresh,
-//     renewals). Only that wait claims them, by its token, and they never
-//     enter the Locker's lost-reply memory (pending.go), where another
-//     attempt could claim them too. An attempt of a queued wait that does
+//     renewals). A value carries a token when the token is exactly the
+//     bytes between its first ':' and the first '|' after it, or its end
+//     (tokenOf, lua/value.lua): the waiter's own values carry its identity
+//     after the '|', a provisional value none, since its releaser does
+//     not know the waiter's, and the check never reads it. Only that
+//     wait claims them, by its token, and they never enter the Locker's
+//     lost-reply memory (pending.go), where another attempt could claim
+//     them too. An attempt of a queued wait that does
 //     not queue (the queue was refused) writes a token of its own.
 //   - Write, then announce. A handoff takes the entry off the queue, writes
 //     the provisional value and only then publishes the payload on the
