@@ -54,6 +54,7 @@ var clusterScenarios = []struct {
 	{"locks on many keys are spread over every master", clusterLocksSpreadOverEveryMaster},
 	{"at most one holder is ever inside the critical section", clusterMutualExclusion},
 	{"an election keeps its lock, term counter and record on the master of its name's slot", clusterElection},
+	{"ScanStatus lists the locks of every master", clusterScanStatus},
 }
 
 // clusterBackend is the shared cluster as one scenario sees it.
@@ -441,4 +442,33 @@ func clusterElection(t *testing.T, c *clusterBackend) {
 	assert.ErrorIs(t, err, ErrNoLeader)
 	c.traffic.allOn(t, ElectionKey("jobs"), node)
 	c.traffic.allOn(t, LeaderKey("jobs"), node)
+}
+
+// ScanStatus scans every master: locks on keys of many slots are all
+// listed, their queues and fence counters left out.
+func clusterScanStatus(t *testing.T, c *clusterBackend) {
+	l := c.locker(t, WithFencing())
+	var want []string
+	for i := range 12 {
+		key := "lock.scan" + strconv.Itoa(i)
+		_, err := l.TryAcquire(ctx, key)
+		require.NoError(t, err)
+		want = append(want, key)
+	}
+	slices.Sort(want)
+	nodes := map[string]bool{}
+	for _, key := range want {
+		_, node := c.onNode(t, key)
+		nodes[node] = true
+	}
+	require.Len(t, nodes, 3, "the keys are spread over every master")
+	statuses, err := c.locker(t).ScanStatus(ctx, "*")
+	require.NoError(t, err)
+	var keys []string
+	for _, s := range statuses {
+		keys = append(keys, s.Key)
+		assert.True(t, s.Held, s.Key)
+		assert.Equal(t, DefaultIdentity(), s.Identity, s.Key)
+	}
+	assert.Equal(t, want, keys)
 }

@@ -542,6 +542,31 @@ func ExampleLocker_Status() {
 	// exists: false
 }
 
+// What is locked right now: every lock key that matches a pattern, found
+// with SCAN, with its holder, its end and its waiters.
+func ExampleLocker_ScanStatus() {
+	client, done := newClient()
+	defer done()
+	ctx := context.Background()
+	clock := setnxlock.NewManualClock(time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC))
+	web1, _ := setnxlock.New(client, setnxlock.WithClock(clock), setnxlock.WithIdentity("web-1:4242"))
+	cron, _ := setnxlock.New(client, setnxlock.WithClock(clock), setnxlock.WithFormat(setnxlock.UnixSeconds))
+	_, _ = web1.TryAcquire(ctx, "lock.invoices")
+	_, _ = cron.TryAcquire(ctx, "lock.backup")
+	_ = client.Set(ctx, "session.42", "not a lock", 0).Err()
+
+	statuses, err := web1.ScanStatus(ctx, "lock.*")
+	if err != nil {
+		panic(err)
+	}
+	for _, s := range statuses {
+		fmt.Println(s.Key, s.Held, s.ExpiresAt.Format(time.TimeOnly), s.Format, s.Identity, s.Waiters)
+	}
+	// Output:
+	// lock.backup true 12:00:11 UnixSeconds  0
+	// lock.invoices true 12:00:10 TokenFormat web-1:4242 0
+}
+
 // With replicas a lease is granted only once they have it. The embedded
 // server of this example has none, so the acquisition is refused and
 // undone; with a Sentinel deployment pass redis.NewFailoverClient's client.
