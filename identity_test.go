@@ -217,9 +217,10 @@ func TestAQueuedClaimIsExactOnTheToken(t *testing.T) {
 // (lua/value.lua and tokenOf).
 func TestTheScriptsReadTokensAsGoDoes(t *testing.T) {
 	onEachBackend(t, func(t *testing.T, b *backend) {
+		ms := strconv.FormatInt(b.clock.Now().UnixMilli(), 10)
 		for _, value := range []string{
-			"1795348800000:TOKEN", "1795348800000:TOKEN|web-1:42", "1795348800000.0:TOKEN", "1795348800000:TOKEN|",
-			"1795348800000:TOKEN|a:b|c", "1795348800000:|id", "1795348800000", "1795348800.5", ":TOKEN", "1:a:b", "1|x:TOKEN",
+			ms + ":TOKEN", ms + ":TOKEN|web-1:42", ms + ".0:TOKEN", ms + ":TOKEN|",
+			ms + ":TOKEN|a:b|c", ms + ":|id", ms, ms + ".5", ":TOKEN", "1:a:b", "1|x:TOKEN",
 		} {
 			reply, err := b.raw.Eval(ctx, valueLua+"local t, e = tokenOf(ARGV[1]) return {t or false, e or false}", nil, value).Slice()
 			require.NoError(t, err, value)
