@@ -474,7 +474,7 @@ func ExampleWithIdentity() {
 	fmt.Println("held by", status.Identity)
 	_ = lock.Release(ctx)
 
-	_, err := setnxlock.New(client, setnxlock.WithIdentity("two\nlines"))
+	_, err := setnxlock.New(client, setnxlock.WithClock(clock), setnxlock.WithIdentity("two\nlines"))
 	fmt.Println(errors.Is(err, setnxlock.ErrInvalidArgument))
 	// Output:
 	// 1795348805000 nightly-report@web-1
