@@ -85,28 +85,9 @@ func TestTheBareFormatsStayBare(t *testing.T) {
 // client's) reads as before: held while live, taken over once expired.
 func TestAValueWithoutIdentityReadsAsBefore(t *testing.T) {
 	onEachPath(t, func(t *testing.T, b *backend, p lockPath) {
-		l := b.locker(t, p.opt)
-		for i, value := range []string{
-			formatValue(b.clock.Now().Add(time.Minute), "OLDERVERSIONTOKEN", ""),
-			strconv.FormatInt(b.clock.Now().Add(time.Minute).UnixMilli(), 10) + ":foreign:suffix",
-			strconv.FormatInt(b.clock.Now().Add(time.Minute).UnixMilli(), 10),
-		} {
-			key := "lock." + strconv.Itoa(i)
-			b.set(t, key, value)
-			status, err := l.Status(ctx, key)
-			require.NoError(t, err)
-			assert.False(t, status.Foreign, value)
-			assert.True(t, status.Held, value)
-			assert.Empty(t, status.Identity, value)
-			_, err = l.TryAcquire(ctx, key)
-			require.ErrorIs(t, err, ErrNotAcquired, value)
-		}
-		b.clock.Advance(time.Minute + time.Millisecond)
-		for i := range 3 {
-			lock, err := l.TryAcquire(ctx, "lock."+strconv.Itoa(i))
-			require.NoError(t, err, "taken over once expired")
-			require.NoError(t, lock.Release(ctx))
-		}
+		ends := b.clock.Now().Add(time.Minute)
+		ms := strconv.FormatInt(ends.UnixMilli(), 10)
+		readByTheirNumber(t, b, b.locker(t, p.opt), ends, formatValue(ends, "OLDERVERSIONTOKEN", ""), ms+":foreign:suffix", ms)
 	})
 }
 
@@ -114,29 +95,40 @@ func TestAValueWithoutIdentityReadsAsBefore(t *testing.T) {
 // number, never ErrNotLockValue; its identity is ignored.
 func TestAMalformedIdentityPartIsReadByItsNumber(t *testing.T) {
 	onEachPath(t, func(t *testing.T, b *backend, p lockPath) {
-		l := b.locker(t, p.opt)
 		ends := b.clock.Now().Add(time.Minute)
-		for i, identity := range []string{"bell\a", "tab\there", strings.Repeat("x", maxIdentity+1), "a|b", "\xff\xfe"} {
-			key := "lock." + strconv.Itoa(i)
-			value := formatValue(ends, "FOREIGNTOKEN", "") + "|" + identity
-			b.set(t, key, value)
-			status, err := l.Status(ctx, key)
-			require.NoError(t, err)
-			assert.False(t, status.Foreign, "%q", value)
-			assert.True(t, status.Held, "%q", value)
-			assert.True(t, ends.Truncate(time.Millisecond).Equal(status.ExpiresAt), "%q: %v", value, status.ExpiresAt)
-			assert.Empty(t, status.Identity, "%q", value)
-			_, err = l.TryAcquire(ctx, key)
-			require.ErrorIs(t, err, ErrNotAcquired, "%q", value)
-			require.NotErrorIs(t, err, ErrNotLockValue)
+		var values []string
+		for _, identity := range []string{"bell\a", "tab\there", strings.Repeat("x", maxIdentity+1), "a|b", "\xff\xfe"} {
+			values = append(values, formatValue(ends, "FOREIGNTOKEN", "")+"|"+identity)
 		}
-		b.clock.Set(ends.Add(time.Millisecond))
-		for i := range 5 {
-			lock, err := l.TryAcquire(ctx, "lock."+strconv.Itoa(i))
-			require.NoError(t, err, "taken over once expired")
-			require.NoError(t, lock.Release(ctx))
-		}
+		readByTheirNumber(t, b, b.locker(t, p.opt), ends, values...)
 	})
+}
+
+// readByTheirNumber sets keys to values that each state ends and no
+// identity l reads, and checks that l reads them so: Status says held
+// until ends, with no identity; TryAcquire is refused while they are
+// live, and takes them over once ended.
+func readByTheirNumber(t *testing.T, b *backend, l *Locker, ends time.Time, values ...string) {
+	t.Helper()
+	for i, value := range values {
+		key := "lock." + strconv.Itoa(i)
+		b.set(t, key, value)
+		status, err := l.Status(ctx, key)
+		require.NoError(t, err)
+		assert.False(t, status.Foreign, "%q", value)
+		assert.True(t, status.Held, "%q", value)
+		assert.True(t, ends.Truncate(time.Millisecond).Equal(status.ExpiresAt), "%q: %v", value, status.ExpiresAt)
+		assert.Empty(t, status.Identity, "%q", value)
+		_, err = l.TryAcquire(ctx, key)
+		require.ErrorIs(t, err, ErrNotAcquired, "%q", value)
+		require.NotErrorIs(t, err, ErrNotLockValue, "%q", value)
+	}
+	b.clock.Set(ends.Add(time.Millisecond))
+	for i, value := range values {
+		lock, err := l.TryAcquire(ctx, "lock."+strconv.Itoa(i))
+		require.NoError(t, err, "%q taken over once ended", value)
+		require.NoError(t, lock.Release(ctx))
+	}
 }
 
 // An identity cannot make a value carry another token: a successor whose
