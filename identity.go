@@ -42,21 +42,31 @@ func DefaultIdentity() string { return defaultIdentity() }
 
 var defaultIdentity = sync.OnceValue(func() string {
 	host, err := os.Hostname()
-	if err != nil || host == "" {
+	if err != nil {
+		host = ""
+	}
+	return hostIdentity(host, os.Getpid())
+})
+
+// hostIdentity is the identity of process pid on host: "<host>:<pid>",
+// the host name stripped of what an identity may not hold and cut short
+// to fit, or "unknown" for an empty one.
+func hostIdentity(host string, pid int) string {
+	if host == "" {
 		host = "unknown"
 	}
-	pid := ":" + strconv.Itoa(os.Getpid())
+	suffix := ":" + strconv.Itoa(pid)
 	host = strings.Map(func(r rune) rune {
 		if r == utf8.RuneError || r == identitySeparator || unicode.IsControl(r) {
 			return '_'
 		}
 		return r
 	}, host)
-	for len(host)+len(pid) > maxIdentity || !utf8.ValidString(host) {
-		host = host[:len(host)-1]
+	for len(host)+len(suffix) > maxIdentity || !utf8.ValidString(host) {
+		host = host[:len(host)-1] // a rune cut in two is cut off whole at the next turn
 	}
-	return host + pid
-})
+	return host + suffix
+}
 
 // validIdentity reports why s cannot be an identity, or nil. Excluding '|'
 // keeps a value's token and identity apart (tokenOf); excluding control

@@ -53,8 +53,19 @@ func TestALeaseSaysWhoHoldsIt(t *testing.T) {
 func TestTheDefaultIdentityIsTheHostAndProcess(t *testing.T) {
 	id := DefaultIdentity()
 	require.NoError(t, validIdentity(id))
-	assert.True(t, strings.HasSuffix(id, ":"+strconv.Itoa(os.Getpid())), "%q ends with the process id", id)
-	assert.Greater(t, strings.Index(id, ":"), 0, "%q starts with a host name", id)
+	host, _ := os.Hostname()
+	assert.Equal(t, hostIdentity(host, os.Getpid()), id)
+	for host, want := range map[string]string{
+		"web-1.example.com":      "web-1.example.com:42",
+		"":                       "unknown:42",
+		"odd|host\tname\xff":     "odd_host_name_:42",
+		strings.Repeat("h", 300): strings.Repeat("h", maxIdentity-3) + ":42",
+		strings.Repeat("é", 200): strings.Repeat("é", (maxIdentity-3)/2) + ":42", // not cut inside a rune
+	} {
+		got := hostIdentity(host, 42)
+		assert.Equal(t, want, got, "host %q", host)
+		assert.NoError(t, validIdentity(got), "host %q", host)
+	}
 }
 
 // The bare timestamp formats stay bare: their readers do arithmetic on the
@@ -245,10 +256,10 @@ func TestABadIdentityIsRejectedWithNothingWritten(t *testing.T) {
 
 // Leader reports the leader's identity, from its lease's value.
 func TestLeaderSaysWhoLeads(t *testing.T) {
-	onEachBackend(t, func(t *testing.T, b *backend) {
-		lead, err := b.locker(t, WithIdentity("scheduler@web-3")).Campaign(ctx, "jobs", "web-3:8080")
+	onEachPath(t, func(t *testing.T, b *backend, p lockPath) {
+		lead, err := b.locker(t, p.opt, WithIdentity("scheduler@web-3")).Campaign(ctx, "jobs", "web-3:8080")
 		require.NoError(t, err)
-		leader, err := b.locker(t).Leader(ctx, "jobs")
+		leader, err := b.locker(t, p.opt).Leader(ctx, "jobs")
 		require.NoError(t, err)
 		assert.Equal(t, "scheduler@web-3", leader.Identity)
 		assert.Equal(t, "web-3:8080", leader.Value)
