@@ -61,7 +61,7 @@ func uncontendedCycles(b *testing.B, client *redis.Client, acquireScript bool) {
 }
 
 func BenchmarkParseExpiry(b *testing.B) {
-	value := formatValue(time.Now(), newToken())
+	value := formatValue(time.Now(), newToken(), DefaultIdentity())
 	b.ReportAllocs()
 	for b.Loop() {
 		if _, err := parseExpiry(value); err != nil {
@@ -74,7 +74,7 @@ func BenchmarkFormatValue(b *testing.B) {
 	token := newToken()
 	b.ReportAllocs()
 	for b.Loop() {
-		_ = formatValue(time.Now(), token)
+		_ = formatValue(time.Now(), token, DefaultIdentity())
 	}
 }
 

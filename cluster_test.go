@@ -54,6 +54,7 @@ var clusterScenarios = []struct {
 	{"locks on many keys are spread over every master", clusterLocksSpreadOverEveryMaster},
 	{"at most one holder is ever inside the critical section", clusterMutualExclusion},
 	{"an election keeps its lock, term counter and record on the master of its name's slot", clusterElection},
+	{"ScanStatus lists the locks of every master", clusterScanStatus},
 }
 
 // clusterBackend is the shared cluster as one scenario sees it.
@@ -232,7 +233,7 @@ func clusterAcquireAndRelease(t *testing.T, c *clusterBackend) {
 	lock, err := c.locker(t).TryAcquire(ctx, "lock.report")
 	require.NoError(t, err)
 	value, node := c.onNode(t, "lock.report")
-	assert.Equal(t, formatValue(lock.ExpiresAt(), lock.token), value, "the value sits on the master of the key's slot")
+	assert.Equal(t, formatValue(lock.ExpiresAt(), lock.token, DefaultIdentity()), value, "the value sits on the master of the key's slot")
 	ttl, err := c.raw.PTTL(ctx, "lock.report").Result()
 	require.NoError(t, err)
 	assert.Positive(t, ttl, "the safety net's PEXPIRE reached the same node (H6)")
@@ -274,7 +275,7 @@ func clusterExpiredLeaseIsTakenOver(t *testing.T, c *clusterBackend) {
 	taker, err := c.locker(t).TryAcquire(ctx, "lock.report")
 	require.NoError(t, err)
 	value, node := c.onNode(t, "lock.report")
-	assert.Equal(t, formatValue(taker.ExpiresAt(), taker.token), value)
+	assert.Equal(t, formatValue(taker.ExpiresAt(), taker.token, DefaultIdentity()), value)
 	c.traffic.allOn(t, "lock.report", node)
 	assert.True(t, slices.ContainsFunc(c.traffic.sent("lock.report"), func(u sentUnit) bool {
 		return u.atomic() && slices.Contains(u.args, value) // the write of the taker's value
@@ -282,7 +283,7 @@ func clusterExpiredLeaseIsTakenOver(t *testing.T, c *clusterBackend) {
 
 	require.ErrorIs(t, crashed.Release(ctx), ErrNotHeld, "the crashed holder's late release")
 	value, _ = c.onNode(t, "lock.report")
-	assert.Equal(t, formatValue(taker.ExpiresAt(), taker.token), value, "and it left the taker's value alone")
+	assert.Equal(t, formatValue(taker.ExpiresAt(), taker.token, DefaultIdentity()), value, "and it left the taker's value alone")
 	require.NoError(t, taker.Release(ctx))
 }
 
@@ -294,7 +295,7 @@ func clusterRefreshKeepsTheLease(t *testing.T, c *clusterBackend) {
 	require.NoError(t, lock.Refresh(ctx, 10*time.Second))
 	assert.Equal(t, c.clock.Now().Add(10*time.Second), lock.ExpiresAt())
 	value, _ := c.onNode(t, "lock.refreshed")
-	assert.Equal(t, formatValue(lock.ExpiresAt(), lock.token), value)
+	assert.Equal(t, formatValue(lock.ExpiresAt(), lock.token, DefaultIdentity()), value)
 	require.NoError(t, lock.Release(ctx))
 
 	renewed, err := c.locker(t, WithTTL(9*time.Second), WithAutoRefresh()).TryAcquire(ctx, "lock.renewed")
@@ -308,7 +309,7 @@ func clusterRefreshKeepsTheLease(t *testing.T, c *clusterBackend) {
 		require.ErrorIs(t, err, ErrNotAcquired)
 	}
 	value, _ = c.onNode(t, "lock.renewed")
-	assert.Equal(t, formatValue(renewed.ExpiresAt(), renewed.token), value)
+	assert.Equal(t, formatValue(renewed.ExpiresAt(), renewed.token, DefaultIdentity()), value)
 	require.NoError(t, renewed.Release(ctx))
 	assert.NoError(t, renewed.Err())
 }
@@ -381,7 +382,7 @@ func clusterLocksSpreadOverEveryMaster(t *testing.T, c *clusterBackend) {
 		require.NoError(t, err)
 		locks[i] = lock
 		value, node := c.onNode(t, key)
-		require.Equal(t, formatValue(lock.ExpiresAt(), lock.token), value, key)
+		require.Equal(t, formatValue(lock.ExpiresAt(), lock.token, DefaultIdentity()), value, key)
 		perNode[node]++
 	}
 	assert.Len(t, perNode, len(c.addrs), "48 keys should land on every master: %v", perNode)
@@ -441,4 +442,33 @@ func clusterElection(t *testing.T, c *clusterBackend) {
 	assert.ErrorIs(t, err, ErrNoLeader)
 	c.traffic.allOn(t, ElectionKey("jobs"), node)
 	c.traffic.allOn(t, LeaderKey("jobs"), node)
+}
+
+// ScanStatus scans every master: locks on keys of many slots are all
+// listed, their queues and fence counters left out.
+func clusterScanStatus(t *testing.T, c *clusterBackend) {
+	l := c.locker(t, WithFencing())
+	var want []string
+	for i := range 12 {
+		key := "lock.scan" + strconv.Itoa(i)
+		_, err := l.TryAcquire(ctx, key)
+		require.NoError(t, err)
+		want = append(want, key)
+	}
+	slices.Sort(want)
+	nodes := map[string]bool{}
+	for _, key := range want {
+		_, node := c.onNode(t, key)
+		nodes[node] = true
+	}
+	require.Len(t, nodes, 3, "the keys are spread over every master")
+	statuses, err := c.locker(t).ScanStatus(ctx, "*")
+	require.NoError(t, err)
+	var keys []string
+	for _, s := range statuses {
+		keys = append(keys, s.Key)
+		assert.True(t, s.Held, s.Key)
+		assert.Equal(t, DefaultIdentity(), s.Identity, s.Key)
+	}
+	assert.Equal(t, want, keys)
 }

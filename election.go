@@ -45,6 +45,9 @@ type Leader struct {
 	// ExpiresAt is the end of the leader's lease as last read; it moves as
 	// the leader renews.
 	ExpiresAt time.Time
+	// Identity is who the leader's lease says holds it (WithIdentity), as
+	// Leader read it; "" when the lease states none.
+	Identity string
 }
 
 // Leadership is a won election: this candidate leads until it resigns or

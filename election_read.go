@@ -58,5 +58,5 @@ func (l *Locker) Leader(ctx context.Context, name string) (Leader, error) {
 	case r.token != tokenOf(current):
 		return Leader{}, fmt.Errorf("%w: %q: its lock is held by a leader that has not published yet", ErrNoLeader, name)
 	}
-	return Leader{Value: r.value, Term: r.term, ExpiresAt: until}, nil
+	return Leader{Value: r.value, Term: r.term, ExpiresAt: until, Identity: identityOf(current)}, nil
 }

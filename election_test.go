@@ -245,7 +245,7 @@ func TestLeaderBelievesARecordOnlyWhileItsLeaseHoldsTheLock(t *testing.T) {
 		_, err := l.Leader(ctx, "jobs")
 		assert.ErrorIs(t, err, ErrNoLeader, "nobody has campaigned")
 
-		live := formatValue(b.clock.Now().Add(time.Minute), "TOKENA")
+		live := formatValue(b.clock.Now().Add(time.Minute), "TOKENA", "")
 		b.set(t, ElectionKey("jobs"), live)
 		_, err = l.Leader(ctx, "jobs")
 		assert.ErrorIs(t, err, ErrNoLeader, "won but not published")
@@ -512,7 +512,7 @@ func assertLeader(t *testing.T, want, got Leader, msgAndArgs ...any) {
 func TestARecordIsWrittenOnlyWhileTheLockIsOurs(t *testing.T) {
 	onEachPath(t, func(t *testing.T, b *backend, p lockPath) {
 		var taken atomic.Bool
-		other := formatValue(b.clock.Now().Add(time.Minute), "OTHER")
+		other := formatValue(b.clock.Now().Add(time.Minute), "OTHER", "")
 		l := b.locker(t, p.opt, WithObserver(ObserverFunc(func(e Event) {
 			if e.Kind == EventAcquired && taken.CompareAndSwap(false, true) {
 				b.set(t, ElectionKey("jobs"), other)

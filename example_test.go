@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
@@ -451,6 +452,36 @@ func ExampleWithFormat() {
 	// <nil>
 }
 
+// Who holds a lock, for people and for any language: the identity follows
+// the owner token in the value, where GET shows it and classic clients,
+// which read only the leading number, ignore it.
+func ExampleWithIdentity() {
+	client, done := newClient()
+	defer done()
+	ctx := context.Background()
+	clock := setnxlock.NewManualClock(time.UnixMilli(1795348800000))
+	locker, _ := setnxlock.New(client,
+		setnxlock.WithIdentity("nightly-report@web-1"), // default: host name and process id
+		setnxlock.WithTTL(5*time.Second),
+		setnxlock.WithClock(clock))
+
+	lock, _ := locker.TryAcquire(ctx, "lock.report")
+	value := client.Get(ctx, "lock.report").Val()
+	end, rest, _ := strings.Cut(value, ":")
+	_, identity, _ := strings.Cut(rest, "|") // after the 26-character owner token
+	fmt.Println(end, identity)
+	status, _ := locker.Status(ctx, "lock.report")
+	fmt.Println("held by", status.Identity)
+	_ = lock.Release(ctx)
+
+	_, err := setnxlock.New(client, setnxlock.WithClock(clock), setnxlock.WithIdentity("two\nlines"))
+	fmt.Println(errors.Is(err, setnxlock.ErrInvalidArgument))
+	// Output:
+	// 1795348805000 nightly-report@web-1
+	// held by nightly-report@web-1
+	// true
+}
+
 // Two workers on one key: the second waits in the key's queue, and the
 // first one's Release hands the lock straight to it. Close stops the
 // waiting Locker's background listening once it is no longer needed.
@@ -509,6 +540,31 @@ func ExampleLocker_Status() {
 	// held: true format: UnixSeconds waiters: 0
 	// deleted a lease in UnixSeconds
 	// exists: false
+}
+
+// What is locked right now: every lock key that matches a pattern, found
+// with SCAN, with its holder, its end and its waiters.
+func ExampleLocker_ScanStatus() {
+	client, done := newClient()
+	defer done()
+	ctx := context.Background()
+	clock := setnxlock.NewManualClock(time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC))
+	web1, _ := setnxlock.New(client, setnxlock.WithClock(clock), setnxlock.WithIdentity("web-1:4242"))
+	cron, _ := setnxlock.New(client, setnxlock.WithClock(clock), setnxlock.WithFormat(setnxlock.UnixSeconds))
+	_, _ = web1.TryAcquire(ctx, "lock.invoices")
+	_, _ = cron.TryAcquire(ctx, "lock.backup")
+	_ = client.Set(ctx, "session.42", "not a lock", 0).Err()
+
+	statuses, err := web1.ScanStatus(ctx, "lock.*")
+	if err != nil {
+		panic(err)
+	}
+	for _, s := range statuses {
+		fmt.Println(s.Key, s.Held, s.ExpiresAt.Format(time.TimeOnly), s.Format, s.Identity, s.Waiters)
+	}
+	// Output:
+	// lock.backup true 12:00:11 UnixSeconds  0
+	// lock.invoices true 12:00:10 TokenFormat web-1:4242 0
 }
 
 // With replicas a lease is granted only once they have it. The embedded

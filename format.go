@@ -13,8 +13,9 @@ type Format int
 
 const (
 	// TokenFormat, the default, writes "<expiry Unix ms>:<owner token>",
-	// the token being 130 random bits. Ownership is exact: only the lease's
-	// own writes carry its token (H3, H5). Classic readers that parse the
+	// the token being 130 random bits, then "|<identity>" when the Locker
+	// has one (WithIdentity). Ownership is exact: only the lease's own
+	// writes carry its token (H3, H5). Classic readers that parse the
 	// leading number (parseFloat, to_f, float() up to the first non-digit)
 	// see a millisecond timestamp.
 	TokenFormat Format = iota
@@ -65,8 +66,9 @@ func (f Format) tokens() bool { return f == TokenFormat }
 // the one the value states: now + ttl cut to the millisecond, or, in the
 // classic writers' formats, plus their +1 (a millisecond, or a second after
 // cutting to whole seconds), so no lease is shorter than ttl by more than
-// the sub-millisecond cut. token is ignored by the bare-timestamp formats.
-func (f Format) newStamp(now time.Time, ttl time.Duration, token string) stamp {
+// the sub-millisecond cut. token and identity (WithIdentity) are ignored by
+// the bare-timestamp formats, whose readers do arithmetic on the whole value.
+func (f Format) newStamp(now time.Time, ttl time.Duration, token, identity string) stamp {
 	end := now.Add(ttl)
 	var b []byte
 	switch f {
@@ -85,7 +87,7 @@ func (f Format) newStamp(now time.Time, ttl time.Duration, token string) stamp {
 		b = append(b, '.', byte('0'+ms/100), byte('0'+ms/10%10), byte('0'+ms%10))
 	default:
 		end = end.Truncate(time.Millisecond)
-		return stamp{value: formatValue(end, token), expiry: end, start: now}
+		return stamp{value: formatValue(end, token, identity), expiry: end, start: now}
 	}
 	return stamp{value: string(b), expiry: end, start: now}
 }

@@ -280,7 +280,7 @@ func TestAWaiterFindsAHandoffWhoseMessageWasLost(t *testing.T) {
 		entry := b.queued(t, "lock.k", 1)[0]
 
 		// What a release's handoff writes, without its PUBLISH.
-		handed := formatValue(b.clock.Now().Add(claimWindow), entryToken(entry))
+		handed := formatValue(b.clock.Now().Add(claimWindow), entryToken(entry), "")
 		require.NoError(t, b.raw.ZRem(ctx, waitersKey("lock.k"), entry).Err())
 		require.NoError(t, b.raw.Set(ctx, "lock.k", handed, claimWindow).Err())
 		lock := await.Recv(t, acquired, "the waiter's Acquire")

@@ -207,7 +207,7 @@ func TestAHandedLockWhoseClaimFindsAnotherValueIsLost(t *testing.T) {
 	onEachQueueingPath(t, func(t *testing.T, b *backend, path Option) {
 		h := queueHeardWait(t, b, path)
 		lock := h.handedOver(t)
-		other := formatValue(b.clock.Now().Add(time.Minute), newToken())
+		other := formatValue(b.clock.Now().Add(time.Minute), newToken(), "")
 		b.set(t, "lock.k", other)
 
 		h.claim.pass()

@@ -70,3 +70,21 @@ func LeaderKey(name string) string { return sameSlotKey(name, ".leader") }
 // election name publishes its record, and a resigning one "". Observe
 // listens on it.
 func LeaderChannel(name string) string { return "setnxlock:leader:" + name }
+
+// librarySuffixes end the names of the keys the library keeps beside a
+// lock key (sameSlotKey): its queue, its release marker, its fence
+// counter, an election's record. None is a lock key.
+var librarySuffixes = []string{".waiters", ".released", ".fence", ".leader"}
+
+// isLibraryKey reports whether key is named as one of the library's own
+// keys beside a lock key: one of librarySuffixes after a name with a
+// Redis Cluster hash tag, as sameSlotKey writes them. A lock key of that
+// shape ("{tenant}.fence") cannot be told from one and is taken for it.
+func isLibraryKey(key string) bool {
+	for _, suffix := range librarySuffixes {
+		if base, ok := strings.CutSuffix(key, suffix); ok && hasHashTag(base) {
+			return true
+		}
+	}
+	return false
+}

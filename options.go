@@ -38,6 +38,7 @@ type config struct {
 	observer    Observer
 	noScripts   bool   // WithoutScripts: only the classic commands, never EVAL/EVALSHA
 	format      Format // what we write; we read every format
+	identity    string // WithIdentity: written after the token in TokenFormat; "" for none
 	classic     bool   // WithClassicCommands: SETNX and PEXPIRE, as if the server knew nothing newer
 
 	replicas       int           // WithReplicas: replicas that must acknowledge each lease write; 0: none
@@ -53,6 +54,7 @@ func defaultConfig() config {
 		minBackoff: DefaultMinBackoff,
 		maxBackoff: DefaultMaxBackoff,
 		starvation: DefaultStarvationThreshold,
+		identity:   defaultIdentity(),
 
 		subscribeTimeout: defaultSubscribeTimeout,
 	}

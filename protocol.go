@@ -20,9 +20,14 @@ import (
 //   - One owner per value. Every value written for a wait carries its
 //     entry's token: its own attempts' leases, a release's provisional
 //     value, and every later value of a queued win (its claim, Refresh,
-//     renewals). Only that wait claims them, by its token, and they never
-//     enter the Locker's lost-reply memory (pending.go), where another
-//     attempt could claim them too. An attempt of a queued wait that does
+//     renewals). A value carries a token when the token is exactly the
+//     bytes between its first ':' and the first '|' after it, or its end
+//     (tokenOf, lua/value.lua): the waiter's own values carry its identity
+//     after the '|', a provisional value none, since its releaser does
+//     not know the waiter's, and the check never reads it. Only that
+//     wait claims them, by its token, and they never enter the Locker's
+//     lost-reply memory (pending.go), where another attempt could claim
+//     them too. An attempt of a queued wait that does
 //     not queue (the queue was refused) writes a token of its own.
 //   - Write, then announce. A handoff takes the entry off the queue, writes
 //     the provisional value and only then publishes the payload on the
@@ -211,10 +216,6 @@ func (l *Locker) queueEntryOf(key, token string) *queueEntry {
 	return &queueEntry{key: key, token: token, member: formatEntry(l.handoff.id, token)}
 }
 
-// suffix is how every value written for this wait ends: the entry's token
-// after the value's separator.
-func (e *queueEntry) suffix() string { return string(tokenSeparator) + e.token }
-
 // carries reports whether a value was written for this wait; nothing was
 // for no wait (nil).
 func (e *queueEntry) carries(value string) bool { return e != nil && tokenOf(value) == e.token }
@@ -242,7 +243,7 @@ func restamp(current string, ours stamp) (stamp, error) {
 	if err != nil {
 		return stamp{}, err
 	}
-	ours.value = formatValue(found.Add(time.Millisecond), ours.queuedWait)
+	ours.value = formatValue(found.Add(time.Millisecond), ours.queuedWait, identityOf(ours.value))
 	return ours, nil
 }
 

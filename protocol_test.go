@@ -77,7 +77,7 @@ func TestNoLeaseEqualsAProvisionalValue(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, now.Add(claimWindow).UnixMilli(), handed.UnixMilli(), "a provisional value at %s", now)
 		assert.True(t, entry.carries(provisional), "a provisional value carries the wait's token")
-		lease := TokenFormat.newStamp(now, claimWindow, entry.token)
+		lease := TokenFormat.newStamp(now, claimWindow, entry.token, "")
 		assert.NotEqual(t, provisional, lease.value, "a lease for the same instant, at %s", now)
 		assert.NotContains(t, lease.value, provisionalMark+string(tokenSeparator), "a lease at %s", now)
 		lease.queuedWait = entry.token

@@ -31,7 +31,7 @@ func (l *Locker) claimOn(ctx context.Context, p path, key string, ours stamp) (c
 	if ours.queuedWait == "" {
 		return p.claim(ctx, key, ours)
 	}
-	own := l.cfg.format.newStamp(ours.start, l.cfg.ttl, newToken())
+	own := l.newStamp(ours.start, l.cfg.ttl, newToken())
 	own.queuedWait = ours.queuedWait // written for the wait, not carrying its token: remembered if lost (pending.go)
 	c, err := p.claim(ctx, key, own)
 	c.wrote, c.unqueued = &own, true // this wait stops queueing on this key

@@ -46,7 +46,7 @@ func (k *Lock) refresh(ctx context.Context, ttl time.Duration) error {
 	if ends := k.ExpiresAt(); expired(ends, now) {
 		return k.finish(lost, fmt.Errorf("%w: the lease on %q expired at %s", ErrNotHeld, k.key, ends.UTC().Format(time.RFC3339Nano)))
 	}
-	renewed := l.cfg.format.newStamp(now, ttl, k.token)
+	renewed := l.newStamp(now, ttl, k.token)
 	written, err := l.compareAndWrite(ctx, k.key, k.owns, func(pipe redis.Pipeliner) {
 		pipe.Set(ctx, k.key, renewed.value, 0)
 		pipe.PExpire(ctx, k.key, l.safetyNet(renewed.length()))

@@ -21,7 +21,7 @@ func TestRefreshMovesTheLeaseForward(t *testing.T) {
 		require.NoError(t, lock.Refresh(ctx, 30*time.Second))
 		assert.Equal(t, b.start.Add(38*time.Second), lock.ExpiresAt())
 		stored := b.value(t, "lock.k")
-		assert.Equal(t, strconv.FormatInt(b.start.Add(38*time.Second).UnixMilli(), 10)+":"+token, stored)
+		assert.Equal(t, strconv.FormatInt(b.start.Add(38*time.Second).UnixMilli(), 10)+":"+token+"|"+DefaultIdentity(), stored, "the renewal carries the token and the identity")
 
 		b.clock.Advance(29 * time.Second) // long past the first lease, inside the new one
 		_, err = b.locker(t).TryAcquire(ctx, "lock.k")

@@ -21,7 +21,7 @@ import (
 func TestAWaitRefusedTheQueueTakesOverACrashedHoldersLease(t *testing.T) {
 	onEachQueueingPath(t, func(t *testing.T, b *backend, path Option) {
 		l, _ := queueRefusedWaiter(t, b, path)
-		b.set(t, "lock.k", formatValue(b.start.Add(-time.Minute), "crashed")) // a lease that ended a minute ago
+		b.set(t, "lock.k", formatValue(b.start.Add(-time.Minute), "crashed", "")) // a lease that ended a minute ago
 		waitCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
 		lock, err := l.Acquire(waitCtx, "lock.k")
@@ -104,7 +104,7 @@ func TestAWaitWhoseQueueIsForeignTakesOverACrashedHoldersLease(t *testing.T) {
 		b.queued(t, "lock.other", 1) // l listens for handoffs: its next wait queues at once
 
 		b.set(t, waitersKey("lock.k"), "not a queue")
-		b.set(t, "lock.k", formatValue(b.start.Add(-time.Minute), "crashed")) // a lease that ended a minute ago
+		b.set(t, "lock.k", formatValue(b.start.Add(-time.Minute), "crashed", "")) // a lease that ended a minute ago
 		waitCtx, stop := context.WithTimeout(ctx, 5*time.Second)
 		defer stop()
 		lock, err := l.Acquire(waitCtx, "lock.k")

@@ -25,7 +25,7 @@ func (q scriptQueue) enqueueOrClaim(ctx context.Context, key string, ours stamp,
 	l := q.l
 	keys := []string{key, waitersKey(key)}
 	now := l.cfg.clock.Now().UnixMicro() // our arrival, if we are new to the queue
-	reply, err := queuedScript.Run(ctx, l.client, keys, ours.value, l.safetyNet(ours.length()).Milliseconds(), entry.member, entry.suffix(), now,
+	reply, err := queuedScript.Run(ctx, l.client, keys, ours.value, l.safetyNet(ours.length()).Milliseconds(), entry.member, entry.token, now,
 		statedEnd(ours).UnixMilli()).Slice()
 	if err != nil {
 		return claimOutcome{}, failedOn(key, err)
@@ -56,7 +56,7 @@ func (q scriptQueue) enqueueOrClaim(ctx context.Context, key string, ours stamp,
 func (q scriptQueue) claim(ctx context.Context, key string, ours stamp, entry *queueEntry) (bool, string, error) {
 	l := q.l
 	reply, err := claimScript.Run(ctx, l.client, []string{key, waitersKey(key)}, ours.value, l.safetyNet(ours.length()).Milliseconds(),
-		entry.member, entry.suffix(), statedEnd(ours).UnixMilli()).Slice()
+		entry.member, entry.token, statedEnd(ours).UnixMilli()).Slice()
 	if err != nil {
 		return false, "", failedOn(key, err)
 	}
@@ -90,7 +90,7 @@ func (q scriptQueue) leave(ctx context.Context, entry *queueEntry) error {
 			channel = WakeChannel(entry.key)
 		}
 		now := l.cfg.clock.Now()
-		args := append(l.appendProtocolArgs(make([]any, 0, 8), now), entry.member, entry.suffix(), channel, now.UnixMicro())
+		args := append(l.appendProtocolArgs(make([]any, 0, 8), now), entry.member, entry.token, channel, now.UnixMicro())
 		err := leaveScript.Run(ctx, l.client, []string{entry.key, waitersKey(entry.key)}, args...).Err()
 		if !l.caps.narrow(capQueue, err) {
 			return err

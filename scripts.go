@@ -21,6 +21,8 @@ import (
 var (
 	//go:embed lua/acquire.lua
 	acquireLua string
+	//go:embed lua/value.lua
+	valueLua string
 	//go:embed lua/queued.lua
 	queuedLua string
 	//go:embed lua/claim.lua
@@ -37,10 +39,10 @@ var (
 
 var (
 	acquireScript = redis.NewScript(acquireLua)
-	queuedScript  = redis.NewScript(queuedLua)
-	claimScript   = redis.NewScript(claimLua)
-	releaseScript = redis.NewScript(ownedLua + protocolLua + handOnLua + releaseLua)
-	leaveScript   = redis.NewScript(protocolLua + handOnLua + leaveLua)
+	queuedScript  = redis.NewScript(valueLua + queuedLua)
+	claimScript   = redis.NewScript(valueLua + claimLua)
+	releaseScript = redis.NewScript(valueLua + ownedLua + protocolLua + handOnLua + releaseLua)
+	leaveScript   = redis.NewScript(valueLua + protocolLua + handOnLua + leaveLua)
 )
 
 // scriptPath is the path of the scripts: an attempt's first step and a

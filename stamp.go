@@ -38,9 +38,16 @@ func (l *Locker) attemptStamp(now time.Time, queuedWait string) stamp {
 	if token == "" && l.cfg.format.tokens() {
 		token = newToken()
 	}
-	ours := l.cfg.format.newStamp(now, l.cfg.ttl, token)
+	ours := l.newStamp(now, l.cfg.ttl, token)
 	ours.queuedWait = queuedWait
 	return ours
+}
+
+// newStamp is a lease of length ttl beginning at now, in the Locker's
+// format, carrying token and, where the format writes one, the Locker's
+// identity.
+func (l *Locker) newStamp(now time.Time, ttl time.Duration, token string) stamp {
+	return l.cfg.format.newStamp(now, ttl, token, l.cfg.identity)
 }
 
 // safetyNet is how long Redis keeps a key whose lease ends in remaining:

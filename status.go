@@ -39,6 +39,12 @@ type KeyStatus struct {
 	// Waiters is the length of the key's queue of waiting Acquire calls
 	// (handoff); 0 where nothing queues.
 	Waiters int64
+	// Identity is who the value says holds it (WithIdentity): the part
+	// after its owner token. "" when the value states none (a bare
+	// timestamp, an older version's or a foreign client's value, a value
+	// a release wrote for a queued waiter before its claim) or an identity
+	// part that is not one, which is ignored.
+	Identity string
 }
 
 // Status reads what key holds, without writing anything: one round trip
@@ -49,28 +55,45 @@ func (l *Locker) Status(ctx context.Context, key string) (KeyStatus, error) {
 	if key == "" {
 		return KeyStatus{}, fmt.Errorf("%w: empty key", ErrInvalidArgument)
 	}
-	var get *redis.StringCmd
-	var waiters *redis.IntCmd
+	var read statusRead
 	// Each command's own reply is read below; Pipelined's error is the first of them.
 	_, _ = l.client.Pipelined(ctx, func(pipe redis.Pipeliner) error {
-		get = pipe.Get(ctx, key)
-		waiters = pipe.ZCard(ctx, waitersKey(key))
+		read = readStatus(ctx, pipe, key)
 		return nil
 	})
-	status := KeyStatus{Key: key}
-	value, found, err := stringReply(get)
+	return read.status(l.cfg.clock.Now(), l.takeableAt)
+}
+
+// statusRead is the round trip of a key's status, queued in a pipeline:
+// GET of the key and ZCARD of its queue.
+type statusRead struct {
+	key     string
+	get     *redis.StringCmd
+	waiters *redis.IntCmd
+}
+
+// readStatus queues the commands of key's status in pipe.
+func readStatus(ctx context.Context, pipe redis.Pipeliner, key string) statusRead {
+	return statusRead{key: key, get: pipe.Get(ctx, key), waiters: pipe.ZCard(ctx, waitersKey(key))}
+}
+
+// status is what the replies say of the key, judged at now as an
+// acquisition would judge it (describe).
+func (r statusRead) status(now time.Time, takeableAt func(heldUntil time.Time) time.Time) (KeyStatus, error) {
+	status := KeyStatus{Key: r.key}
+	value, found, err := stringReply(r.get)
 	switch {
 	case errors.Is(err, ErrNotLockValue):
 		status.Exists, status.Foreign = true, true
 	case err != nil:
-		return KeyStatus{}, fmt.Errorf("setnxlock: status of %q: %w", key, err)
+		return KeyStatus{}, fmt.Errorf("setnxlock: status of %q: %w", r.key, err)
 	case found:
 		status.Exists, status.Value = true, value
-		status.describe(l.cfg.clock.Now(), l.takeableAt)
+		status.describe(now, takeableAt)
 	}
-	n, err := waiters.Result()
+	n, err := r.waiters.Result()
 	if err != nil && !isWrongType(err) { // a foreign key where the queue would be: nobody queues there
-		return KeyStatus{}, fmt.Errorf("setnxlock: queue length of %q: %w", key, err)
+		return KeyStatus{}, fmt.Errorf("setnxlock: queue length of %q: %w", r.key, err)
 	}
 	status.Waiters = n
 	return status, nil
@@ -88,6 +111,7 @@ func (s *KeyStatus) describe(now time.Time, takeableAt func(heldUntil time.Time)
 	s.ExpiresAt = expiry
 	s.Held = !expired(takeableAt(until), now)
 	s.Format = formatOf(s.Value)
+	s.Identity = identityOf(s.Value)
 }
 
 // formatOf names the format a readable lock value is written in: a decimal

@@ -10,9 +10,23 @@ import (
 
 // The stored value.
 //
-// We write "<expiry unix ms>:<owner token>". The token is crypto/rand.Text
-// (26 base32 characters, 130 random bits), new for every write, so
-// ownership is an exact string comparison (H3, H5).
+// We write "<expiry unix ms>:<owner token>", followed by
+// "|<identity>" when the Locker has an identity (WithIdentity): who holds
+// the lease, for people and tools; classic clients read only the leading
+// number. The token is crypto/rand.Text (26 base32 characters, A-Z and
+// 2-7, 130 random bits), new for every lease, so ownership is an exact
+// string comparison of tokens (H3, H5).
+//
+// The token of a value is exactly the bytes between its first ':' and the
+// first '|' after it, or its end (tokenOf; lua/value.lua says the same for
+// the scripts). Neither separator is in the token's alphabet, and an
+// identity may hold neither '|' nor a control character (validIdentity),
+// so the parse is unique whichever end it starts from: nothing an
+// identity says can make a value carry another token, and the owner check
+// is exact on the token whatever follows it. A value written for a queued
+// waiter by another Locker (a release's provisional value, protocol.go)
+// carries the waiter's token and no identity, since the releaser does not
+// know the waiter's; the waiter recognises it by the token alone.
 //
 // We read every classic format: an integer or decimal number of Unix seconds
 // or milliseconds (told apart by magnitude), optionally followed by a suffix
@@ -30,24 +44,54 @@ const (
 // tokenSeparator ends a value's expiry where an owner token follows.
 const tokenSeparator = ':'
 
+// identitySeparator ends a value's owner token where the holder's identity
+// follows. It is in neither the token's alphabet nor any identity.
+const identitySeparator = '|'
+
+// maxIdentity is the longest identity WithIdentity accepts, in bytes.
+const maxIdentity = 256
+
 // newToken returns a fresh owner token of at least 128 random bits.
 func newToken() string { return rand.Text() }
 
-// formatValue renders a value of our own format.
-func formatValue(expiry time.Time, token string) string {
-	var buf [64]byte // on the stack for our tokens: the string is the one allocation
+// formatValue renders a value of our own format: the holder's identity
+// follows the token when there is one ("" for none).
+func formatValue(expiry time.Time, token, identity string) string {
+	var buf [64 + maxIdentity]byte // on the stack: the string is the one allocation
 	b := strconv.AppendInt(buf[:0], expiry.UnixMilli(), 10)
 	b = append(b, tokenSeparator)
 	b = append(b, token...)
+	if identity != "" {
+		b = append(b, identitySeparator)
+		b = append(b, identity...)
+	}
 	return string(b)
 }
 
 // tokenOf returns the owner token of a value of our own format, or "" when
-// the value carries none. Every value we write for one lease carries that
-// lease's token, and only our own conditional writes do.
+// the value carries none: the bytes between the value's first ':' and the
+// first '|' after it, or its end. Every value we write for one lease
+// carries that lease's token, and only our own conditional writes do.
 func tokenOf(value string) string {
-	_, token, _ := strings.Cut(value, string(tokenSeparator))
+	_, rest, _ := strings.Cut(value, string(tokenSeparator))
+	token, _, _ := strings.Cut(rest, string(identitySeparator))
 	return token
+}
+
+// identityOf returns the holder's identity a value states after its owner
+// token, or "" when it states none: a bare timestamp, a value of an older
+// version or a foreign client, or an identity part that is not one
+// (validIdentity), which is ignored, the value read by its leading number.
+func identityOf(value string) string {
+	_, rest, ok := strings.Cut(value, string(tokenSeparator))
+	if !ok {
+		return ""
+	}
+	_, identity, ok := strings.Cut(rest, string(identitySeparator))
+	if !ok || validIdentity(identity) != nil {
+		return ""
+	}
+	return identity
 }
 
 // parseExpiry reads the expiry instant out of any classic lock value. A

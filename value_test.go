@@ -52,7 +52,7 @@ func TestNotLockValueErrorQuotesAShortPrefix(t *testing.T) {
 
 func TestFormattedValuesParseBack(t *testing.T) {
 	expiry := time.UnixMilli(900000000123)
-	value := formatValue(expiry, newToken())
+	value := formatValue(expiry, newToken(), "")
 	got, err := parseExpiry(value)
 	require.NoError(t, err)
 	assert.True(t, expiry.Equal(got))

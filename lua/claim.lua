@@ -1,14 +1,14 @@
 -- claim.lua: the claim of a wait that heard a handoff (heard.go), in one
 -- round trip. It only claims: unlike queued.lua it never creates the key
--- and never queues.
+-- and never queues. Prefixed with value.lua.
 --
 -- KEYS[1]  the lock key
 -- KEYS[2]  its waiters: a sorted set of entries, scored by arrival
 -- ARGV[1]  our value: our lease by our own clock, carrying our entry's token
 -- ARGV[2]  the safety net in ms: our lease plus the grace (H6)
 -- ARGV[3]  our entry, "<Locker id>:<token>"
--- ARGV[4]  the suffix of every value written for our entry: its token
---          after the separator (a value is "<end in Unix ms><suffix>")
+-- ARGV[4]  our entry's token, which every value written for our entry
+--          carries (value.lua's tokenOf)
 -- ARGV[5]  the end our value states, in Unix ms
 --
 -- Returns {1, ''}     the key carried our token with an earlier end: it
@@ -22,12 +22,12 @@
 --         {0}         nothing written: the key is missing, or not a string
 local current = redis.pcall('get', KEYS[1])
 if type(current) ~= 'string' then return {0} end
-local suffix = ARGV[4]
-if #current <= #suffix or string.sub(current, -#suffix) ~= suffix then return {0, current} end
+local token, ends = tokenOf(current)
+if token ~= ARGV[4] then return {0, current} end
 -- H10: every later value of our wait carries our token too (a Refresh,
 -- renewals), so a copy of this claim that arrives late must not roll the
 -- lease back: it writes only over an earlier end.
-local found = tonumber(string.sub(current, 1, -#suffix - 1))
+local found = tonumber(ends)
 if found == nil or found >= tonumber(ARGV[5]) then return {0, current} end
 -- The lease by our clock from now on, and its net counted from now (H4, H6).
 redis.call('set', KEYS[1], ARGV[1], 'px', ARGV[2])

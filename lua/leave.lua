@@ -1,12 +1,12 @@
 -- leave.lua: a queued waiter leaves the queue without the lock (protocol.go).
--- Prefixed with protocol.lua and handon.lua.
+-- Prefixed with value.lua, protocol.lua and handon.lua.
 --
 -- KEYS[1]    the lock key
 -- KEYS[2]    its waiters (waitersKey)
 -- ARGV[1..4] the queue's encodings (protocol.lua)
 -- ARGV[5]    our entry
--- ARGV[6]    the suffix of every value written for our entry: its token
---            after the value's separator
+-- ARGV[6]    our entry's token, which every value written for our entry
+--            carries (value.lua's tokenOf)
 -- ARGV[7]    the key's wake channel, or '' for none
 -- ARGV[8]    our clock in Unix µs
 --
@@ -31,8 +31,7 @@ if current == false then
   if locker then redis.pcall('publish', queue.channel(locker), queue.payload(token, '', KEYS[1])) end
   return 0
 end
-local suffix = ARGV[6]
-if type(current) ~= 'string' or #current <= #suffix or string.sub(current, -#suffix) ~= suffix then return 0 end
+if type(current) ~= 'string' or tokenOf(current) ~= ARGV[6] then return 0 end
 local handed, _, woke = handOn(KEYS[1], KEYS[2], tonumber(ARGV[8]), 0)
 if handed == 1 then
   if woke and ARGV[7] ~= '' then redis.pcall('publish', ARGV[7], KEYS[1]) end -- a listener taken off

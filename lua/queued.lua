@@ -1,13 +1,13 @@
 -- queued.lua: the first step of a queued attempt (protocol.go), in one round
--- trip.
+-- trip. Prefixed with value.lua.
 --
 -- KEYS[1]  the lock key
 -- KEYS[2]  its waiters: a sorted set of entries, scored by arrival
 -- ARGV[1]  our value: our lease by our own clock, carrying our entry's token
 -- ARGV[2]  the safety net in ms: our lease plus the grace (H6)
 -- ARGV[3]  our entry, "<Locker id>:<token>"
--- ARGV[4]  the suffix of every value written for our entry: its token
---          after the separator (a value is "<end in Unix ms><suffix>")
+-- ARGV[4]  our entry's token, which every value written for our entry
+--          carries (value.lua's tokenOf)
 -- ARGV[5]  our clock in Unix µs: our arrival, if we are new to the queue
 -- ARGV[6]  the end our value states, in Unix ms
 --
@@ -37,14 +37,14 @@ if redis.call('set', KEYS[1], ARGV[1], 'nx', 'px', ARGV[2]) then
 end
 local current = redis.pcall('get', KEYS[1])
 if type(current) ~= 'string' then return {2} end
-local suffix = ARGV[4]
-if #current > #suffix and string.sub(current, -#suffix) == suffix then
+local token, ends = tokenOf(current)
+if token == ARGV[4] then
   -- H10: every later value of our wait carries our token too (the claim,
   -- a Refresh, renewals), and this write is not watched, so a copy of an
   -- earlier attempt that arrives late must not roll the lease back. A
   -- claim only moves the lease forward: it writes only over an earlier
   -- end, and so never writes the value it found (protocol.go).
-  local found = tonumber(string.sub(current, 1, -#suffix - 1))
+  local found = tonumber(ends)
   if found == nil or found >= tonumber(ARGV[6]) then return {4, current} end
   -- Claiming rewrites the lease by our clock, so the releaser's clock
   -- never decides how long we hold, and the safety net is counted from

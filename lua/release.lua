@@ -1,5 +1,5 @@
--- release.lua: Release, in one round trip. Prefixed with owned.lua,
--- protocol.lua and handon.lua.
+-- release.lua: Release, in one round trip. Prefixed with value.lua,
+-- owned.lua, protocol.lua and handon.lua.
 --
 -- KEYS[1]    the lock key
 -- KEYS[2..]  when ARGV[8] is not '0': its release marker (releasedKey);

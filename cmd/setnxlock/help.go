@@ -9,6 +9,7 @@ Usage:
   setnxlock run [flags] KEY [--] COMMAND [ARG...] run COMMAND while holding the lock KEY
   setnxlock run [flags] KEY -c 'shell command'    the same, with /bin/sh -c
   setnxlock status [--json] KEY                   what KEY holds: exit 0 held, 3 free, 4 not a lock
+  setnxlock status [--json] --match PATTERN       the lock keys that match: exit 0 if any is held, 3 if none
   setnxlock release --force KEY                   delete KEY whoever holds it: exit 0, or 3 if nothing
   setnxlock version                               (also -V)
 
@@ -80,19 +81,32 @@ Examples:
 
 const statusHelp = `Usage:
   setnxlock status [--json] KEY
+  setnxlock status [--json] --match PATTERN
 
 Says what KEY holds, writing nothing: a live lease, an expired one, nothing,
-or something that is not a lock value. --json prints one object:
+or something that is not a lock value, and who holds it (the holder's
+identity, written after the owner token: host name and process id unless
+the holder chose another). --json prints one object:
   {"key":..., "held":bool, "expires_at":RFC 3339 or null,
    "format":"token"|"millis"|"seconds"|"float"|"foreign"|null,
-   "waiters":N, "value":the stored string or null}
+   "waiters":N, "value":the stored string or null,
+   "identity":who holds it, or null when the value says not}
 Exit status: 0 held, 3 free (missing, or a lease that has ended), 4 not a
 lock value, 69 Redis unreachable, 64 bad usage.
 
+With --match, it lists every key that matches PATTERN (glob-style, as
+Redis's SCAN MATCH: quote it from the shell), sorted, one line each, or
+with --json one array of those objects; the keys setnxlock keeps beside a
+lock (its queue, fence counter, release marker) are left out. It uses SCAN,
+never KEYS, so a large database is walked without blocking Redis. Exit
+status: 0 some key is held, 3 none is (or nothing matches), 69 Redis
+unreachable, 64 bad usage.
+
 Flags:
 %s
-Example:
+Examples:
   setnxlock status --json nightly-report
+  setnxlock status --match 'lock.*'
 `
 
 const releaseHelp = `Usage:

@@ -32,17 +32,20 @@ type statusJSON struct {
 	ExpiresAt *string `json:"expires_at"` // RFC 3339; null when free or foreign
 	Format    *string `json:"format"`     // a --format name, "foreign", or null when missing
 	Waiters   int64   `json:"waiters"`
-	Value     *string `json:"value"` // the stored string; null when missing or not a string
+	Value     *string `json:"value"`    // the stored string; null when missing or not a string
+	Identity  *string `json:"identity"` // who holds it (WithIdentity); null when the value says not
 }
 
 // statusCommand is setnxlock status: what a key holds, writing nothing.
 func statusCommand(args []string, stdout, stderr io.Writer) (int, error) {
 	fs := newFlagSet("status")
 	url := urlFlag(fs)
-	asJSON := fs.Bool("json", false, "print one JSON object")
+	asJSON := fs.Bool("json", false, "print one JSON object (with --match, an array of them)")
+	match := fs.String("match", "", "list the lock keys that match this SCAN pattern instead of one KEY")
 	help := fs.BoolP("help", "h", false, "this help")
-	key, err := parseKeyCommand(fs, "status", args)
-	if err != nil || *help {
+	var key string
+	var err error
+	if key, err = parseStatusArgs(fs, args); err != nil || *help {
 		if *help {
 			fmt.Fprintf(stdout, statusHelp, fs.FlagUsages())
 		}
@@ -55,6 +58,9 @@ func statusCommand(args []string, stdout, stderr io.Writer) (int, error) {
 	defer done()
 	ctx, cancel := context.WithTimeout(context.Background(), inspectTimeout)
 	defer cancel()
+	if *match != "" {
+		return scanCommand(ctx, locker, *match, *asJSON, *url, stdout, stderr)
+	}
 	status, err := locker.Status(ctx, key)
 	if err != nil {
 		fmt.Fprintf(stderr, "setnxlock: %s: cannot read the key at %s: %v\n", key, redactURL(*url), err)
@@ -67,6 +73,54 @@ func statusCommand(args []string, stdout, stderr io.Writer) (int, error) {
 		fmt.Fprintln(stdout, describe(status))
 	}
 	return statusCode(status), nil
+}
+
+// parseStatusArgs parses status's flags and its one KEY, or none with
+// --match.
+func parseStatusArgs(fs *pflag.FlagSet, args []string) (string, error) {
+	if err := fs.Parse(args); err != nil {
+		return "", usageIn("status", err)
+	}
+	if !fs.Changed("match") {
+		return oneKey(fs, "status")
+	}
+	switch match, _ := fs.GetString("match"); {
+	case match == "":
+		return "", usageIn("status", errors.New("--match PATTERN is empty"))
+	case fs.NArg() != 0:
+		return "", usageIn("status", fmt.Errorf("status --match takes no KEY, got %d arguments", fs.NArg()))
+	}
+	return "", nil
+}
+
+// scanCommand is status --match: the status of every lock key that
+// matches pattern, found with SCAN (Locker.ScanStatus).
+func scanCommand(ctx context.Context, locker *setnxlock.Locker, pattern string, asJSON bool, url string, stdout, stderr io.Writer) (int, error) {
+	statuses, err := locker.ScanStatus(ctx, pattern)
+	if err != nil {
+		fmt.Fprintf(stderr, "setnxlock: %s: cannot list the keys at %s: %v\n", pattern, redactURL(url), err)
+		return exitUnavailable, nil
+	}
+	code := exitFree
+	objects := make([]statusJSON, 0, len(statuses))
+	for _, s := range statuses {
+		if s.Held {
+			code = exitOK
+		}
+		objects = append(objects, toJSON(s))
+	}
+	switch {
+	case asJSON:
+		data, _ := json.Marshal(objects) // plain strings, bools and numbers always encode
+		fmt.Fprintln(stdout, string(data))
+	case len(statuses) == 0:
+		fmt.Fprintf(stdout, "no key matches %q\n", pattern)
+	default:
+		for _, s := range statuses {
+			fmt.Fprintln(stdout, describe(s))
+		}
+	}
+	return code, nil
 }
 
 // statusCode is status's exit status: 0 held, 3 free, 4 foreign.
@@ -92,6 +146,9 @@ func toJSON(s setnxlock.KeyStatus) statusJSON {
 	if s.Exists && (s.Value != "" || !s.Foreign) {
 		j.Value = ptr(s.Value)
 	}
+	if s.Identity != "" {
+		j.Identity = ptr(s.Identity)
+	}
 	return j
 }
 
@@ -112,6 +169,13 @@ func describe(s setnxlock.KeyStatus) string {
 	default:
 		line += fmt.Sprintf("free: its lease ended at %s (%s)", stamp(s.ExpiresAt), formatNames[s.Format])
 	}
+	switch {
+	case s.Identity == "" || s.Foreign:
+	case s.Held:
+		line += fmt.Sprintf(" by %q", s.Identity)
+	default:
+		line += fmt.Sprintf(", last held by %q", s.Identity)
+	}
 	if s.Waiters > 0 {
 		line += fmt.Sprintf(", %d waiting", s.Waiters)
 	}
@@ -123,6 +187,11 @@ func parseKeyCommand(fs *pflag.FlagSet, topic string, args []string) (string, er
 	if err := fs.Parse(args); err != nil {
 		return "", usageIn(topic, err)
 	}
+	return oneKey(fs, topic)
+}
+
+// oneKey is the one KEY of a parsed command line, or "" with --help.
+func oneKey(fs *pflag.FlagSet, topic string) (string, error) {
 	if help, _ := fs.GetBool("help"); help {
 		return "", nil
 	}

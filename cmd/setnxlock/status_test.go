@@ -7,6 +7,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/setnxlock/setnxlock"
+	"github.com/setnxlock/setnxlock/internal/await"
 )
 
 // statusOf runs status --json and decodes its object.
@@ -142,4 +145,82 @@ func TestRunWritesTheChosenFormat(t *testing.T) {
 			t.Errorf("--format %s: status under the lock says %s", format, r.stdout)
 		}
 	}
+}
+
+// status says who holds a key: the identity after the owner token, in
+// text and JSON; a key whose value states none has a null identity.
+func TestStatusSaysWhoHoldsTheKey(t *testing.T) {
+	t.Parallel()
+	s := startServer(t)
+	ctx := await.Context(t)
+	if _, err := s.locker(t, setnxlock.WithIdentity("report@web-1")).TryAcquire(ctx, "k"); err != nil {
+		t.Fatal(err)
+	}
+	if object := s.statusOf(t, "k", exitOK); object["identity"] != "report@web-1" {
+		t.Errorf("a key held by report@web-1: %v", object)
+	}
+	if r := s.run(t, "status", "k").expect(t, exitOK, "status k"); !strings.Contains(r.stdout, `by "report@web-1"`) {
+		t.Errorf("status k says %q", r.stdout)
+	}
+	if _, err := s.locker(t, setnxlock.WithFormat(setnxlock.UnixSeconds)).TryAcquire(ctx, "bare"); err != nil {
+		t.Fatal(err)
+	}
+	if object := s.statusOf(t, "bare", exitOK); object["identity"] != nil {
+		t.Errorf("a bare timestamp states no identity: %v", object)
+	}
+	if _, err := s.locker(t).TryAcquire(ctx, "default"); err != nil {
+		t.Fatal(err)
+	}
+	if object := s.statusOf(t, "default", exitOK); object["identity"] != setnxlock.DefaultIdentity() {
+		t.Errorf("the default identity is the host and process: %v, want %q", object, setnxlock.DefaultIdentity())
+	}
+}
+
+// status --match lists the lock keys that match, with holder, end and
+// waiters, leaving out the library's own keys; 0 when one is held, 3 when
+// none is.
+func TestStatusMatchListsTheLockKeys(t *testing.T) {
+	t.Parallel()
+	s := startServer(t)
+	ctx := await.Context(t)
+	if _, err := s.locker(t, setnxlock.WithIdentity("report@web-1"), setnxlock.WithFencing()).TryAcquire(ctx, "lock.report"); err != nil {
+		t.Fatal(err)
+	}
+	ended := strconv.FormatInt(time.Now().Add(-time.Hour).Unix(), 10)
+	s.raw.Set(ctx, "lock.cron", ended, 0)
+	s.raw.Set(ctx, "lock.junk", "hello", 0)
+	s.raw.Set(ctx, "session.1", "not matched", 0)
+
+	r := s.run(t, "status", "--match", "lock.*").expect(t, exitOK, "status --match with a held key")
+	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
+	if len(lines) != 3 || !strings.HasPrefix(lines[0], "lock.cron: free") || !strings.HasPrefix(lines[1], "lock.junk: holds") ||
+		!strings.HasPrefix(lines[2], "lock.report: held until") || !strings.Contains(lines[2], `by "report@web-1"`) {
+		t.Errorf("status --match printed:\n%s", r.stdout)
+	}
+
+	r = s.run(t, "status", "--json", "--match", "lock.*").expect(t, exitOK, "status --json --match")
+	var objects []map[string]any
+	if err := json.Unmarshal([]byte(r.stdout), &objects); err != nil {
+		t.Fatalf("status --json --match printed %q: %v", r.stdout, err)
+	}
+	var keys []string
+	for _, o := range objects {
+		keys = append(keys, o["key"].(string))
+	}
+	if strings.Join(keys, " ") != "lock.cron lock.junk lock.report" {
+		t.Errorf("listed %v, want the three lock keys and not the fence counter %s", keys, setnxlock.FenceKey("lock.report"))
+	}
+	if report := objects[2]; report["held"] != true || report["identity"] != "report@web-1" || report["format"] != "token" || report["waiters"] != 0.0 {
+		t.Errorf("lock.report: %v", report)
+	}
+
+	s.run(t, "status", "--match", "lock.c*").expect(t, exitFree, "status --match with no key held")
+	if r := s.run(t, "status", "--match", "nothing.*").expect(t, exitFree, "status --match matching nothing"); !strings.Contains(r.stdout, "no key matches") {
+		t.Errorf("status --match matching nothing says %q", r.stdout)
+	}
+	if r := s.run(t, "status", "--json", "--match", "nothing.*").expect(t, exitFree, "status --json --match matching nothing"); strings.TrimSpace(r.stdout) != "[]" {
+		t.Errorf("status --json --match matching nothing printed %q", r.stdout)
+	}
+	s.run(t, "status", "--match", "lock.*", "lock.report").expect(t, exitUsage, "status --match with a KEY")
+	s.run(t, "status", "--match", "").expect(t, exitUsage, "status --match ''")
 }

@@ -169,7 +169,8 @@ func (c *claimFaults) draw() string {
 
 // claimOf reads the token a command would claim a key with: the queued
 // attempt's script (queuedAttempt), a claim script (claimScript), or a
-// plain SET of a value "<end>:<token>", which on the command path only
+// plain SET of a value "<end>:<token>" (or "<end>:<token>|<identity>",
+// tokenOf), which on the command path only
 // the watched claim sends (acquisitions use SET NX or SETNX, releases
 // write another waiter's token or delete).
 func claimOf(args []string) (key, token string, ok bool) {
@@ -177,10 +178,10 @@ func claimOf(args []string) (key, token string, ok bool) {
 	case len(args) == 0:
 		return "", "", false
 	case queuedAttempt(args) || claimScript(args):
-		return args[3], strings.TrimPrefix(args[8], ":"), true
+		return args[3], args[8], true
 	case strings.EqualFold(args[0], "set") && len(args) == 3 && !strings.HasSuffix(args[1], ".waiters"):
-		_, token, found := strings.Cut(args[2], ":")
-		return args[1], token, found && token != ""
+		token := tokenOf(args[2])
+		return args[1], token, token != ""
 	}
 	return "", "", false
 }
@@ -188,17 +189,24 @@ func claimOf(args []string) (key, token string, ok bool) {
 // claimScript recognises the claim of a handoff heard where claims are
 // a script of their own (issue 24's claim.lua, EVAL or EVALSHA): the
 // lock key and its queue, then our value, the safety net, our entry
-// "<Locker id>:<token>", the suffix ":<token>" the value and the entry
-// end with, and our value's end.
+// "<Locker id>:<token>", the entry's token, which the value carries
+// (tokenOf), and our value's end.
 func claimScript(args []string) bool {
 	if len(args) != 10 || args[2] != "2" {
 		return false
 	}
 	name := strings.ToLower(args[0])
+	return (name == "evalsha" || name == "eval") && claimsEntry(args)
+}
+
+// claimsEntry reports whether a script's arguments name the lock key and
+// its queue, and pass our value, the safety net, our entry and the
+// entry's token, carried by the value, as queued.lua and claim.lua do.
+func claimsEntry(args []string) bool {
 	argv := args[5:]
-	suffix := argv[3]
-	return (name == "evalsha" || name == "eval") && strings.HasSuffix(args[4], ".waiters") && strings.HasPrefix(suffix, ":") &&
-		strings.HasSuffix(argv[2], suffix) && strings.HasSuffix(argv[0], suffix)
+	token := argv[3]
+	return strings.HasSuffix(args[4], ".waiters") && token != "" && !strings.Contains(token, ":") &&
+		strings.HasSuffix(argv[2], ":"+token) && tokenOf(argv[0]) == token
 }
 
 // handoffPrefix begins every handoff channel's name (the library's

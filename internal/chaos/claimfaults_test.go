@@ -42,17 +42,22 @@ func TestHandoffMessagesAreReadOffTheSubscriptionConnection(t *testing.T) {
 }
 
 func TestClaimsAreRecognisedOnBothPaths(t *testing.T) {
-	queued := []string{"evalsha", "abc", "2", "chaos.k1", "{chaos.k1}.waiters", "123:TOKEN", "600", "ID:TOKEN", ":TOKEN", "1700000000000000", "123"}
+	queued := []string{"evalsha", "abc", "2", "chaos.k1", "{chaos.k1}.waiters", "123:TOKEN|web-1:42", "600", "ID:TOKEN", "TOKEN", "1700000000000000", "123"}
 	key, token, ok := claimOf(queued)
 	assert.True(t, ok)
 	assert.Equal(t, []string{"chaos.k1", "TOKEN"}, []string{key, token}, "the scripted claim")
-	claim := []string{"evalsha", "abc", "2", "chaos.k1", "{chaos.k1}.waiters", "123:TOKEN", "600", "ID:TOKEN", ":TOKEN", "123"}
+	claim := []string{"evalsha", "abc", "2", "chaos.k1", "{chaos.k1}.waiters", "123:TOKEN", "600", "ID:TOKEN", "TOKEN", "123"}
 	key, token, ok = claimOf(claim)
 	assert.True(t, ok)
 	assert.Equal(t, []string{"chaos.k1", "TOKEN"}, []string{key, token}, "a claim script's (issue 24's claim.lua)")
 	key, token, ok = claimOf([]string{"set", "chaos.k2", "123:TOKEN"})
 	assert.True(t, ok)
 	assert.Equal(t, []string{"chaos.k2", "TOKEN"}, []string{key, token}, "the command path's watched claim")
+	key, token, ok = claimOf([]string{"set", "chaos.k2", "123:TOKEN|web-1:42"})
+	assert.True(t, ok)
+	assert.Equal(t, []string{"chaos.k2", "TOKEN"}, []string{key, token}, "a watched claim's value with the holder's identity")
+	_, _, ok = claimOf(append(claim[:8:8], "OTHER", "123"))
+	assert.False(t, ok, "a claim script whose value does not carry the entry's token")
 	for _, args := range [][]string{
 		{"set", "chaos.k2", "123:TOKEN", "nx", "px", "300"}, // an attempt
 		{"setnx", "chaos.k2", "123:TOKEN"},                  // a classic attempt

@@ -132,7 +132,7 @@ func TestAnUnknownAssumptionOrModeIsRefused(t *testing.T) {
 }
 
 func TestQueuedAttemptsAreRecognisedOnTheWire(t *testing.T) {
-	queued := []string{"evalsha", "abc", "2", "chaos.k1", "{chaos.k1}.waiters", "123:TOKEN", "600", "ID:TOKEN", ":TOKEN", "1700000000000000", "123"}
+	queued := []string{"evalsha", "abc", "2", "chaos.k1", "{chaos.k1}.waiters", "123:TOKEN|web-1:42", "600", "ID:TOKEN", "TOKEN", "1700000000000000", "123"}
 	release := []string{"evalsha", "abc", "2", "chaos.k1", "{chaos.k1}.waiters", "setnxlock:released:chaos.k1", "123", "1", "250", "0", "TOKEN"}
 	leave := []string{"evalsha", "abc", "2", "chaos.k1", "{chaos.k1}.waiters", "ID:TOKEN", "TOKEN", "setnxlock:released:chaos.k1", "123", "250"}
 	unqueued := []string{"evalsha", "abc", "1", "chaos.k1", "123:TOKEN", "600"}

@@ -142,7 +142,7 @@ func indexStates(states []KeyState, acqs []Acquisition) stateIndex {
 		}
 		if expiry, err := parseExpiryMillis(s.Value); err == nil {
 			if a, ok := leases[expiry]; ok {
-				if _, token, found := strings.Cut(s.Value, ":"); found {
+				if token := tokenOf(s.Value); token != "" {
 					owner[token] = a
 				}
 			}
@@ -167,7 +167,7 @@ type heldValue struct {
 func (x stateIndex) read(states []KeyState, i int, expiry int64, b Bounds) heldValue {
 	s := states[i]
 	leases, owner, queued := x.leases, x.owner, x.queued
-	_, token, _ := strings.Cut(s.Value, ":")
+	token := tokenOf(s.Value)
 	holder, reported := leases[expiry]
 	if a, ok := owner[token]; ok && token != "" && !reported && s.At.Before(a.freedBy(b.Takeover)) {
 		holder, reported = a, true // a renewal, while its holder held the key
@@ -187,6 +187,15 @@ func (x stateIndex) read(states []KeyState, i int, expiry int64, b Bounds) heldV
 		claimed = fmt.Sprintf(", claimed by %s/%d %s later", holder.Client, holder.Seq, holder.Granted.Sub(s.At).Round(time.Millisecond))
 	}
 	return heldValue{token: token, holder: holder, reported: reported, handed: handed, provisional: provisional, claimed: claimed}
+}
+
+// tokenOf reads a lock value's owner token as the library does (its
+// value.go): the bytes between the value's first ':' and the first '|'
+// after it, where the holder's identity begins, or the value's end.
+func tokenOf(value string) string {
+	_, rest, _ := strings.Cut(value, ":")
+	token, _, _ := strings.Cut(rest, "|")
+	return token
 }
 
 // parseExpiryMillis reads the expiry of a lock value in Unix milliseconds:

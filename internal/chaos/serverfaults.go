@@ -96,17 +96,15 @@ func (r *lockedRand) float64() float64 {
 // queuedAttempt recognises a queued attempt on the wire: the library's
 // queued.lua (EVAL or EVALSHA) names the lock key and its queue, and
 // passes our value, the safety net, the queue entry "<Locker id>:<token>",
-// the suffix ":<token>" both end with, our clock and our value's end. The
-// release and leave scripts name the queue too, but pass other arguments.
+// the entry's token (which the value carries), our clock and our value's
+// end (claimsEntry). The release and leave scripts name the queue too, but
+// pass other arguments.
 func queuedAttempt(args []string) bool {
 	name := strings.ToLower(args[0])
 	if (name != "evalsha" && name != "eval") || len(args) != 11 || args[2] != "2" {
 		return false
 	}
-	argv := args[5:]
-	suffix := argv[3]
-	return strings.HasSuffix(args[4], ".waiters") && strings.HasPrefix(suffix, ":") &&
-		strings.HasSuffix(argv[2], suffix) && strings.HasSuffix(argv[0], suffix)
+	return claimsEntry(args)
 }
 
 // killAWaiter kills a client process one of whose Acquire calls has been
