@@ -86,7 +86,8 @@
 // (turn.go), never past its lease's end; its lease (lease.go) says when it
 // ends; the lease keeper (keeper.go) renews it until Release or Orphan,
 // and watches it run out; refresh.go moves it, and lifecycle.go reports
-// how the Lock's life ended. What the server and user allow is
+// how the Lock's life ended. Do (do.go) runs work under a Lock: acquired,
+// kept renewed, released whatever the work does. What the server and user allow is
 // capabilities.go, read from replies by their error code (replies.go).
 // Keys and channel names: keys.go. Values: value.go (reading), format.go
 // (writing), identity.go (who holds a lock, written after the token).

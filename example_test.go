@@ -585,3 +585,22 @@ func ExampleWithReplicas() {
 	// setnxlock: not acknowledged by enough replicas: "lock.report": 0 of 1 replicas acknowledged within 50ms
 	// 0
 }
+
+// Do runs a job under a lock: the lease is renewed while the job runs, the
+// job's context ends if the lock is lost, and the lock is released when
+// the job returns, errs or panics.
+func ExampleLocker_Do() {
+	client, done := newClient()
+	defer done()
+	locker, _ := setnxlock.New(client, setnxlock.WithTTL(10*time.Second))
+
+	err := locker.Do(context.Background(), "lock.nightly-report", func(ctx context.Context) error {
+		// ... the job: pass ctx to every call, and stop when it ends ...
+		fmt.Println("running the report under the lock")
+		return ctx.Err()
+	})
+	fmt.Println("done:", err, errors.Is(err, setnxlock.ErrNotHeld))
+	// Output:
+	// running the report under the lock
+	// done: <nil> false
+}

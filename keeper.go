@@ -5,9 +5,9 @@ import (
 	"time"
 )
 
-// The lease keeper: one goroutine per Lock, started with auto-refresh or
-// by Done, that renews the lease every interval (auto-refresh) until
-// Release or Orphan, and ends the Lock's life when the lease runs out by
+// The lease keeper: one goroutine per Lock, started with auto-refresh, by
+// Done or by Do, that renews the lease every interval (with auto-refresh,
+// or under Do whatever the options) until Release or Orphan, and ends the Lock's life when the lease runs out by
 // the Locker's clock (H8, H11).
 
 // Orphan stops renewing the lease and leaves it as it stands, as etcd's
@@ -43,6 +43,15 @@ func (k *Lock) startKeeper() {
 	})
 }
 
+// nudgeKeeper wakes the keeper to look at the lease again, as a move of
+// its end does: it may be sleeping until the end, not renewing.
+func (k *Lock) nudgeKeeper() {
+	select {
+	case k.lease.moved <- struct{}{}:
+	default: // a nudge is already pending
+	}
+}
+
 // awaitKeeper waits, at most until ctx ends, for the keeper goroutine to
 // return once the lock is over, so that no goroutine outlives its lock.
 func (k *Lock) awaitKeeper(ctx context.Context) {
@@ -60,7 +69,7 @@ func (k *Lock) awaitKeeper(ctx context.Context) {
 	}
 }
 
-// keep runs until the lock is over. With auto-refresh it renews the lease
+// keep runs until the lock is over. With auto-refresh (or under Do) it renews the lease
 // every interval, and a quarter interval after a renewal that failed on the
 // network, until Release or Orphan is called; otherwise it only waits for the lease
 // to run out. It never sleeps past the end of the lease, and Refresh wakes
@@ -76,7 +85,7 @@ func (k *Lock) keep() {
 	var retryAt time.Time // after a renewal failed on the network
 	for {
 		wakeAt, renewedAt := k.lease.ends(), k.lease.began()
-		renewing := l.cfg.autoRefresh && k.state.load() == held
+		renewing := (l.cfg.autoRefresh || k.renewAlways.Load()) && k.state.load() == held
 		if renewing {
 			next := renewedAt.Add(interval)
 			if !retryAt.IsZero() {

@@ -27,6 +27,8 @@ type Lock struct {
 	releaseInDoubt bool
 
 	lease *lease // its end, its renewals' start, and how its life ended (lease.go)
+
+	renewAlways atomic.Bool // the keeper renews the lease whatever the Locker's options (Do)
 }
 
 // lockState is where a Lock is in its life: held (or orphaned, once
