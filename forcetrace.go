@@ -2,7 +2,9 @@ package setnxlock
 
 import (
 	"context"
+	"errors"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -65,13 +67,33 @@ func (l *Locker) forceDelete(ctx context.Context, key, value string) (bool, erro
 
 // forcedAway reports whether an operator's ForceRelease broke the lease of
 // k, a lock of token values whose release found the key not ours: the
-// trace of its token is in the key's marker. Without a token, or when the
-// trace cannot be read, it reports false.
+// trace of its token is in the key's marker. A ForceRelease of a version
+// that read a value's token as everything after its first separator
+// traced "<token>|<identity>" for a value carrying an identity (value.go):
+// that trace counts too, in the same round trip. Without a token, or when
+// the trace cannot be read, it reports false.
 func (l *Locker) forcedAway(ctx context.Context, k *Lock) bool {
 	if k.token == "" || !l.caps.allows(capReleaseMarker) {
 		return false
 	}
-	err := l.client.ZScore(ctx, releasedKey(k.key), k.token).Err()
-	l.caps.narrow(capReleaseMarker, err)
-	return err == nil
+	marker := releasedKey(k.key)
+	traces := []string{k.token}
+	if _, older, _ := strings.Cut(k.value, string(tokenSeparator)); older != k.token {
+		traces = append(traces, older)
+	}
+	cmds, err := l.client.Pipelined(ctx, func(pipe redis.Pipeliner) error {
+		for _, trace := range traces {
+			pipe.ZScore(ctx, marker, trace)
+		}
+		return nil
+	})
+	for _, cmd := range cmds {
+		if cmd.Err() == nil {
+			return true
+		}
+	}
+	if !errors.Is(err, redis.Nil) {
+		l.caps.narrow(capReleaseMarker, err)
+	}
+	return false
 }
