@@ -276,3 +276,25 @@ func TestCallsRacingTheLeaseEndAgreeWithErr(t *testing.T) {
 		_ = b.raw.Del(ctx, "lock.k")
 	}
 }
+
+// H11: a round trip that fails once the lease has run out reports the
+// loss, with its own error, whichever goroutine declared the loss: the
+// call itself, or the keeper watching the lease's end. (A clean-clone CI
+// run saw a Refresh return its replicas' late acknowledgement without
+// ErrNotHeld: the keeper had declared the loss, and the call's answer
+// was picked before the lease's end.)
+func TestAFailureAfterTheLeaseRanOutReportsTheLoss(t *testing.T) {
+	onEachBackend(t, func(t *testing.T, b *backend) {
+		for i := range 20 { // the call's select picks among ready cases at random
+			lock, err := b.locker(t).TryAcquire(ctx, "lock.k")
+			require.NoError(t, err)
+			err = lock.inTurn(ctx, "refresh", func() error {
+				b.clock.Set(lock.ExpiresAt())
+				assert.True(t, lock.endIfRunOut(), "the keeper's part: the loss declared on another goroutine")
+				return errLostReply{}
+			}, lock.lostWith("refresh"))
+			require.ErrorIs(t, err, ErrNotHeld, "run %d: the loss", i)
+			require.ErrorIs(t, err, errLostReply{}, "run %d: and what the round trip said", i)
+		}
+	})
+}

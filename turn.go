@@ -90,13 +90,22 @@ func (k *Lock) inTakenTurn(body func() error, overdue func(err error) error) err
 	defer close(returned) // drops the waits for the lease's end
 	result := make(chan error, 1)
 	go func() { result <- k.runInTurn(body) }()
+	// answer is the body's word, unless it failed once the lease had run
+	// out by the clock, whoever declared that (this call, or the keeper
+	// watching the same end): then it is the loss, with the body's error.
+	answer := func(err error) error {
+		if err != nil && !errors.Is(err, ErrNotHeld) {
+			k.endIfRunOut()
+			if errors.As(k.Err(), new(ranOut)) {
+				return overdue(err)
+			}
+		}
+		return err
+	}
 	for {
 		select {
 		case err := <-result:
-			if err != nil && !errors.Is(err, ErrNotHeld) && k.endIfRunOut() {
-				return overdue(err)
-			}
-			return err
+			return answer(err)
 		case <-k.lease.done:
 			if over := k.Err(); over == nil || !errors.As(over, new(ranOut)) {
 				// Only a body in the Lock's turn ends its life other than by
@@ -107,8 +116,8 @@ func (k *Lock) inTakenTurn(body func() error, overdue func(err error) error) err
 				return <-result // bounded: the body is past its round trip
 			}
 			select {
-			case err := <-result: // answered at the same instant: its own word
-				return err
+			case err := <-result: // answered at the same instant
+				return answer(err)
 			default:
 				return overdue(nil)
 			}
