@@ -91,7 +91,8 @@
 // Keys and channel names: keys.go. Values: value.go (reading), format.go
 // (writing). Also: clock.go, serverclock.go, clockwait.go (timers that
 // follow their clock), belief.go (a lease's end as we believe it, and
-// when one is over), fencing.go, observer.go, options.go,
+// when one is over), fencing.go, observer.go (events), calls.go (a CallObserver's
+// calls, for spans), options.go,
 // errors.go; status.go reads a key from the outside (Status) and breaks it
 // (ForceRelease); replicas.go makes lease writes wait for replicas
 // (WithReplicas). The release's owner check (H3) is ownercheck.go;
