@@ -14,7 +14,7 @@ TEST_TIMEOUT        ?= 5m
 
 .PHONY: test demo worker lint bench chaos soak fuzz interop-cronlock cli election failover
 
-## test: every test, with the race detector (the library, internal/chaos, cmd/setnxlock, examples), on miniredis and on redis-server processes the tests start; a hang fails within TEST_TIMEOUT, printing every goroutine
+## test: every test, with the race detector (the library, internal/chaos, cmd/setnxlock, examples, setnxlockotel), on miniredis and on redis-server processes the tests start; a hang fails within TEST_TIMEOUT, printing every goroutine
 test:
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
 	@# internal/chaos is a module of its own (Porcupine stays out of the library's go.mod)
@@ -23,6 +23,8 @@ test:
 	cd cmd/setnxlock && $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
 	@# examples/ is a module of its own, so the embedded miniredis of its programs is no requirement of the library's packages
 	cd examples && $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
+	@# setnxlockotel is a module of its own (OpenTelemetry stays out of the library's go.mod); its tests start a redis-server
+	cd setnxlockotel && $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
 
 ## cli: the command-line tool, built from this clone into bin/setnxlock (version from git describe)
 cli:
@@ -54,7 +56,7 @@ demo:
 worker:
 	cd examples && $(GO) run ./worker
 
-## lint: gofmt, go vet and staticcheck must all be clean, in the library and in each module beside it (internal/chaos, cmd/setnxlock, examples)
+## lint: gofmt, go vet and staticcheck must all be clean, in the library and in each module beside it (internal/chaos, cmd/setnxlock, examples, setnxlockotel)
 lint:
 	@unformatted="$$(gofmt -l .)"; if [ -n "$$unformatted" ]; then echo "gofmt would change:"; echo "$$unformatted"; exit 1; fi
 	$(GO) vet ./...
@@ -62,6 +64,7 @@ lint:
 	cd internal/chaos && $(GO) vet ./... && $(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
 	cd cmd/setnxlock && $(GO) vet ./... && $(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
 	cd examples && $(GO) vet ./... && $(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
+	cd setnxlockotel && $(GO) vet ./... && $(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
 
 ## bench: Go benchmarks, the uncontended ratio to a raw SETNX+DEL loop, then bench/ against bsm/redislock, redsync and sync.Mutex (writes docs/BENCHMARKS.md, docs/benchmarks.png; BENCH_FLAGS='-duration=2s -rounds=7' to change; fewer than 5 rounds marks the targets provisional)
 bench:

@@ -2,7 +2,6 @@ package setnxlock
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"time"
 )
@@ -171,17 +170,6 @@ func (p PathKind) String() string {
 		return pathNames[p]
 	}
 	return "unknown"
-}
-
-// outcomeOf classifies why an Acquire gave up.
-func outcomeOf(err error) Outcome {
-	switch {
-	case errors.Is(err, context.DeadlineExceeded):
-		return OutcomeTimeout
-	case errors.Is(err, context.Canceled):
-		return OutcomeCanceled
-	}
-	return OutcomeError
 }
 
 // Observer receives a Locker's events, for metrics, tracing or logs. It is

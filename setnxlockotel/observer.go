@@ -128,7 +128,7 @@ func (o *observer) Observe(e setnxlock.Event) {
 		if e.Wait != setnxlock.WaitNone { // its EventWaiting counted it
 			o.waiting.Add(ctx, -1, key...)
 		}
-		o.acquireDuration.Record(ctx, e.Waited.Seconds(), o.with(e.Key, AttrOutcome.String(e.Outcome.String()), AttrWait.String(e.Wait.String())))
+		o.acquireDuration.Record(ctx, e.Waited.Seconds(), o.acquireAttributes(e)...)
 		if e.Kind == setnxlock.EventAcquireFailed {
 			return
 		}
@@ -138,15 +138,71 @@ func (o *observer) Observe(e setnxlock.Event) {
 		}
 	case setnxlock.EventReleased, setnxlock.EventLost:
 		o.held.Add(ctx, -1, key...)
-		end := "released"
+		end := endReleased
 		if e.Kind == setnxlock.EventLost {
-			end = "lost"
+			end = endLost
 			o.lost.Add(ctx, 1, key...)
 		}
-		o.holdDuration.Record(ctx, e.Held.Seconds(), o.with(e.Key, AttrEnd.String(end)))
+		o.holdDuration.Record(ctx, e.Held.Seconds(), o.endAttributes(e.Key, end)...)
 	case setnxlock.EventRefreshFailed:
 		o.refreshFailures.Add(ctx, 1, key...)
 	}
+}
+
+// The ends of a hold (AttrEnd).
+const (
+	endReleased = iota
+	endLost
+)
+
+var endNames = [...]string{endReleased: "released", endLost: "lost"}
+
+// The attribute sets without a key attribute, made once: a measurement
+// then allocates no set of its own.
+var (
+	acquireSets = func() (sets [outcomes][waits][]metric.RecordOption) {
+		for outcome := range outcomes {
+			for wait := range waits {
+				sets[outcome][wait] = []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(
+					AttrOutcome.String(setnxlock.Outcome(outcome).String()), AttrWait.String(setnxlock.WaitKind(wait).String())))}
+			}
+		}
+		return sets
+	}()
+	endSets = [...][]metric.RecordOption{
+		endReleased: {metric.WithAttributeSet(attribute.NewSet(AttrEnd.String(endNames[endReleased])))},
+		endLost:     {metric.WithAttributeSet(attribute.NewSet(AttrEnd.String(endNames[endLost])))},
+	}
+)
+
+// outcomes and waits bound setnxlock's Outcome and WaitKind values.
+const (
+	outcomes = int(setnxlock.OutcomeError) + 1
+	waits    = int(setnxlock.WaitTakeover) + 1
+)
+
+// acquireAttributes is the measurement options of an acquisition's
+// outcome and way of waiting, and its key's attribute, if any.
+func (o *observer) acquireAttributes(e setnxlock.Event) []metric.RecordOption {
+	outcome, wait := int(e.Outcome), int(e.Wait)
+	kv, keyed := o.keyAttribute(e.Key)
+	if !keyed && outcome >= 0 && outcome < outcomes && wait >= 0 && wait < waits {
+		return acquireSets[outcome][wait]
+	}
+	attrs := []attribute.KeyValue{AttrOutcome.String(e.Outcome.String()), AttrWait.String(e.Wait.String())}
+	if keyed {
+		attrs = append(attrs, kv)
+	}
+	return []metric.RecordOption{metric.WithAttributes(attrs...)}
+}
+
+// endAttributes is the measurement options of a hold's end, and its key's
+// attribute, if any.
+func (o *observer) endAttributes(key string, end int) []metric.RecordOption {
+	if kv, keyed := o.keyAttribute(key); keyed {
+		return []metric.RecordOption{metric.WithAttributes(AttrEnd.String(endNames[end]), kv)}
+	}
+	return endSets[end]
 }
 
 // keyOption is the measurement option of key's attribute, if any.
@@ -157,14 +213,6 @@ func (o *observer) keyOption(key string) []metric.AddOption {
 	return nil
 }
 
-// with is the measurement option of attrs and key's attribute, if any.
-func (o *observer) with(key string, attrs ...attribute.KeyValue) metric.MeasurementOption {
-	if kv, ok := o.keyAttribute(key); ok {
-		attrs = append(attrs, kv)
-	}
-	return metric.WithAttributes(attrs...)
-}
-
 func (o *observer) keyAttribute(key string) (attribute.KeyValue, bool) {
 	if o.keyAttr == nil {
 		return attribute.KeyValue{}, false
@@ -173,17 +221,26 @@ func (o *observer) keyAttribute(key string) (attribute.KeyValue, bool) {
 	return AttrKey.String(value), value != ""
 }
 
+// spanNames are the spans' names, by call.
+var spanNames = map[setnxlock.Call]string{
+	setnxlock.CallAcquire:    "setnxlock." + setnxlock.CallAcquire.String(),
+	setnxlock.CallTryAcquire: "setnxlock." + setnxlock.CallTryAcquire.String(),
+	setnxlock.CallRelease:    "setnxlock." + setnxlock.CallRelease.String(),
+}
+
 // BeginCall starts the span of an Acquire, TryAcquire or Release in the
-// caller's context, and returns the function that ends it with the call's
-// attempts, way of waiting and outcome.
+// caller's context (a span of kind internal), and returns the function that
+// ends it with the call's attempts, way of waiting and outcome.
 func (o *observer) BeginCall(ctx context.Context, call setnxlock.Call, key string) (context.Context, func(setnxlock.CallResult)) {
-	var attrs []attribute.KeyValue
-	if kv, ok := o.keyAttribute(key); ok {
-		attrs = append(attrs, kv)
+	ctx, span := o.tracer.Start(ctx, spanNames[call])
+	if kv, ok := o.keyAttribute(key); ok && span.IsRecording() {
+		span.SetAttributes(kv)
 	}
-	ctx, span := o.tracer.Start(ctx, "setnxlock."+call.String(), trace.WithSpanKind(trace.SpanKindInternal), trace.WithAttributes(attrs...))
 	return ctx, func(r setnxlock.CallResult) {
 		defer span.End()
+		if !span.IsRecording() { // not sampled: nothing to describe
+			return
+		}
 		e := r.Event
 		if call == setnxlock.CallRelease {
 			switch {
