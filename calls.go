@@ -26,10 +26,10 @@ var callNames = [...]string{"", "acquire", "try_acquire", "release"}
 
 // String returns the call's name, such as "acquire".
 func (c Call) String() string {
-	if c > 0 && int(c) < len(callNames) {
-		return callNames[c]
+	if c == 0 {
+		return "unknown"
 	}
-	return "unknown"
+	return nameIn(callNames[:], int(c))
 }
 
 // CallResult is how a call a CallObserver heard ended.

@@ -121,12 +121,7 @@ const (
 var waitNames = [...]string{"none", "handoff", "barging", "wakeup", "poll", "takeover"}
 
 // String returns the way's name, such as "handoff".
-func (w WaitKind) String() string {
-	if w >= 0 && int(w) < len(waitNames) {
-		return waitNames[w]
-	}
-	return "unknown"
-}
+func (w WaitKind) String() string { return nameIn(waitNames[:], int(w)) }
 
 // Outcome is how an Acquire or a TryAcquire ended (Event.Outcome).
 type Outcome int
@@ -143,12 +138,7 @@ const (
 var outcomeNames = [...]string{"none", "acquired", "timeout", "canceled", "error"}
 
 // String returns the outcome's name, such as "timeout".
-func (o Outcome) String() string {
-	if o >= 0 && int(o) < len(outcomeNames) {
-		return outcomeNames[o]
-	}
-	return "unknown"
-}
+func (o Outcome) String() string { return nameIn(outcomeNames[:], int(o)) }
 
 // PathKind names the path a Locker was on (path.go): its scripts, the
 // commands with SET NX PX, or the classic commands alone.
@@ -165,12 +155,7 @@ const (
 var pathNames = [...]string{"none", "scripts", "commands", "classic"}
 
 // String returns the path's name, such as "scripts".
-func (p PathKind) String() string {
-	if p >= 0 && int(p) < len(pathNames) {
-		return pathNames[p]
-	}
-	return "unknown"
-}
+func (p PathKind) String() string { return nameIn(pathNames[:], int(p)) }
 
 // Observer receives a Locker's events, for metrics, tracing or logs. It is
 // called synchronously on the goroutine that caused the event, so it must
@@ -204,6 +189,14 @@ func (l *Locker) observe(e Event) {
 	if l.cfg.observer != nil {
 		l.cfg.observer.Observe(e)
 	}
+}
+
+// nameIn is names[i], or "unknown" for an i out of its range.
+func nameIn(names []string, i int) string {
+	if i >= 0 && i < len(names) {
+		return names[i]
+	}
+	return "unknown"
 }
 
 // pathKind is the path the Locker is on now: the one onPath takes.

@@ -327,3 +327,28 @@ func TestACallObserverHearsEachCallInTheCallersContext(t *testing.T) {
 		assert.True(t, errors.Is(tracer.ended[1].Err, ErrNotAcquired))
 	})
 }
+
+// The names are attribute values on dashboards: fixed.
+func TestTheNamesOfWaysOutcomesPathsAndCalls(t *testing.T) {
+	var names []string
+	for w := WaitNone; w <= WaitTakeover+1; w++ {
+		names = append(names, w.String())
+	}
+	assert.Equal(t, []string{"none", "handoff", "barging", "wakeup", "poll", "takeover", "unknown"}, names)
+	names = nil
+	for o := OutcomeNone; o <= OutcomeError+1; o++ {
+		names = append(names, o.String())
+	}
+	assert.Equal(t, []string{"none", "acquired", "timeout", "canceled", "error", "unknown"}, names)
+	names = nil
+	for p := PathNone; p <= PathClassic+1; p++ {
+		names = append(names, p.String())
+	}
+	assert.Equal(t, []string{"none", "scripts", "commands", "classic", "unknown"}, names)
+	names = nil
+	for c := Call(0); c <= CallRelease+1; c++ {
+		names = append(names, c.String())
+	}
+	assert.Equal(t, []string{"unknown", "acquire", "try_acquire", "release", "unknown"}, names)
+	assert.Equal(t, "waiting acquire_failed refresh_failed", EventWaiting.String()+" "+EventAcquireFailed.String()+" "+EventRefreshFailed.String())
+}

@@ -21,6 +21,12 @@
 // the Redis commands of the call, if go-redis is traced too, inside it.
 // The observer hears the calls through setnxlock.CallObserver, which it
 // implements.
+//
+// A lock counts in setnxlock.locks.held from its win to its end as its
+// Locker hears it: Release, or a loss. A Lock that is never released and
+// never watched (Done, Context, WithAutoRefresh) ends unheard when its
+// lease runs out, and stays counted; a Release called after that reports
+// the loss, and ends it.
 package setnxlockotel
 
 import (
