@@ -104,7 +104,9 @@ type WaitKind int
 const (
 	// WaitNone: it never waited.
 	WaitNone WaitKind = iota
-	// WaitHandoff: a release handed it the key (the queue; heard.go).
+	// WaitHandoff: a release handed it the key (the queue; heard.go). A
+	// key handed over that the wait's own poll claimed before the message
+	// arrived reports WaitPoll: Wait is what woke the winning attempt.
 	WaitHandoff
 	// WaitBarging: a release freed the key and woke it, first in line, to
 	// race for it (adaptive barging, WithStarvationThreshold).
