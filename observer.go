@@ -24,10 +24,13 @@ const (
 	EventReleased
 	// EventLost: the lock was lost; Err says why (it matches ErrNotHeld).
 	EventLost
-	// EventWaiting: an Acquire found the key held and starts waiting for
-	// it. The same Acquire ends with exactly one EventAcquired,
-	// EventRecovered or EventAcquireFailed whose Wait is not WaitNone; one
-	// that never waited emits no EventWaiting and ends with WaitNone.
+	// EventWaiting: an Acquire's attempt found the key held (or failed on
+	// a transient error) and the call starts waiting; ExpiresAt is when
+	// the holder's lease may be taken over, zero if unknown. It is
+	// reported once per call, and the call ends with exactly one
+	// EventAcquired, EventRecovered or EventAcquireFailed whose Wait is
+	// not WaitNone; a call that never waited reports no EventWaiting and
+	// ends with WaitNone.
 	EventWaiting
 	// EventAcquireFailed: an Acquire returned without the lock; Outcome
 	// says how (OutcomeTimeout, OutcomeCanceled, OutcomeError) and Err
