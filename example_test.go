@@ -447,7 +447,8 @@ func (callPrinter) BeginCall(ctx context.Context, call setnxlock.Call, key strin
 func ExampleCallObserver() {
 	client, done := newClient()
 	defer done()
-	ctx := context.Background()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
 	tracer := callPrinter{func(e setnxlock.Event) { fmt.Println("  event", e.Kind) }}
 	locker, _ := setnxlock.New(client, setnxlock.WithObserver(tracer))
 

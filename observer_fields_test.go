@@ -197,7 +197,7 @@ func TestAFailedAcquireReportsItsOutcome(t *testing.T) {
 		t.Run("error", func(t *testing.T) {
 			seen := &events{}
 			b.set(t, "lock.garbage", "not a lock")
-			_, err := b.locker(t, WithObserver(seen)).Acquire(ctx, "lock.garbage")
+			_, err := b.locker(t, WithObserver(seen)).Acquire(await.Context(t), "lock.garbage")
 			require.ErrorIs(t, err, ErrNotLockValue)
 			assert.Equal(t, []Event{{Kind: EventAcquireFailed, Key: "lock.garbage", Err: err, Attempts: 1, Outcome: OutcomeError}}, seen.seen,
 				"no wait: an H7 value is not retried")
@@ -301,7 +301,7 @@ func TestACallObserverHearsEachCallInTheCallersContext(t *testing.T) {
 		marks := markSeen{marks: make(chan string, 100)}
 		client.AddHook(marks)
 
-		lock, err := l.Acquire(ctx, "lock.k")
+		lock, err := l.Acquire(await.Context(t), "lock.k")
 		require.NoError(t, err)
 		_, refused := l.TryAcquire(ctx, "lock.k")
 		require.ErrorIs(t, refused, ErrNotAcquired)

@@ -30,7 +30,8 @@ func ExampleNewObserver() {
 	defer server.Close()
 	client := redis.NewClient(&redis.Options{Addr: server.Addr()})
 	defer func() { _ = client.Close() }()
-	ctx := context.Background()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
 
 	exporter, _ := stdoutmetric.New(stdoutmetric.WithEncoder(lines{}), stdoutmetric.WithoutTimestamps())
 	meters := sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewPeriodicReader(exporter)))

@@ -135,7 +135,7 @@ func (f *fleet) locker(t *testing.T, opts ...setnxlock.Option) *setnxlock.Locker
 // The done-when test of issue 25: real Lockers on a real redis-server,
 // every instrument checked by value.
 func TestEveryInstrumentOnRealLockers(t *testing.T) {
-	ctx := context.Background()
+	ctx := await.Context(t) // a deadline on every wait
 	server := redistest.Start(t)
 	tm := newTelemetry(t)
 	raw := redis.NewClient(&redis.Options{Addr: server.Addr()})
