@@ -14,7 +14,7 @@ TEST_TIMEOUT        ?= 5m
 
 .PHONY: test demo worker lint bench chaos soak fuzz interop-cronlock cli election failover
 
-## test: every test, with the race detector (the library, internal/chaos, cmd/setnxlock, examples), on miniredis and on redis-server processes the tests start; a hang fails within TEST_TIMEOUT, printing every goroutine
+## test: every test, with the race detector (the library, internal/chaos, cmd/setnxlock, examples, setnxlockotel), on miniredis and on redis-server processes the tests start; a hang fails within TEST_TIMEOUT, printing every goroutine
 test:
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
 	@# internal/chaos is a module of its own (Porcupine stays out of the library's go.mod)
@@ -23,6 +23,8 @@ test:
 	cd cmd/setnxlock && $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
 	@# examples/ is a module of its own, so the embedded miniredis of its programs is no requirement of the library's packages
 	cd examples && $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
+	@# setnxlockotel is a module of its own (OpenTelemetry stays out of the library's go.mod); its tests start a redis-server
+	cd setnxlockotel && $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
 
 ## cli: the command-line tool, built from this clone into bin/setnxlock (version from git describe)
 cli:
@@ -54,7 +56,7 @@ demo:
 worker:
 	cd examples && $(GO) run ./worker
 
-## lint: gofmt, go vet and staticcheck must all be clean, in the library and in each module beside it (internal/chaos, cmd/setnxlock, examples)
+## lint: gofmt, go vet and staticcheck must all be clean, in the library and in each module beside it (internal/chaos, cmd/setnxlock, examples, setnxlockotel)
 lint:
 	@unformatted="$$(gofmt -l .)"; if [ -n "$$unformatted" ]; then echo "gofmt would change:"; echo "$$unformatted"; exit 1; fi
 	$(GO) vet ./...
@@ -62,8 +64,9 @@ lint:
 	cd internal/chaos && $(GO) vet ./... && $(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
 	cd cmd/setnxlock && $(GO) vet ./... && $(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
 	cd examples && $(GO) vet ./... && $(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
+	cd setnxlockotel && $(GO) vet ./... && $(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
 
-## bench: Go benchmarks, the uncontended ratio to a raw SETNX+DEL loop, then bench/ against bsm/redislock, redsync and sync.Mutex (writes docs/BENCHMARKS.md, docs/benchmarks.png; BENCH_FLAGS='-duration=2s -rounds=7' to change; fewer than 5 rounds marks the targets provisional)
+## bench: Go benchmarks, the uncontended ratio to a raw SETNX+DEL loop, the OpenTelemetry observer's cost on that cycle, then bench/ against bsm/redislock, redsync and sync.Mutex (writes docs/BENCHMARKS.md, docs/benchmarks.png; BENCH_FLAGS='-duration=2s -rounds=7' to change; fewer than 5 rounds marks the targets provisional)
 bench:
 	@# rounds interleave the floor and the library, so drift on a shared machine hits both alike
 	@rm -f $(BENCH_OUT); for round in $$(seq $(BENCH_COUNT)); do \
@@ -73,6 +76,12 @@ bench:
 	      END { if (!rn || !ln) { print "bench: uncontended results missing"; exit 1 } \
 	            printf "\nuncontended acquire+release: %.0f cycles/s; raw SETNX+DEL: %.0f cycles/s; ratio %.2fx\n", \
 	                   1e9 / (lib / ln), 1e9 / (raw / rn), (raw / rn) / (lib / ln) }' $(BENCH_OUT)
+	@# setnxlockotel: the same cycle with its OpenTelemetry observer off and on (rows observer-off, observer-on, observer-on-metrics-only)
+	cd setnxlockotel && $(GO) test -run '^$$' -bench . -benchmem -count $(BENCH_COUNT) . | tee $(abspath $(BENCH_OUT)).otel
+	@awk '$$1 ~ /\/observer-off(-[0-9]+)?$$/ { off += $$3; fn++ } $$1 ~ /\/observer-on(-[0-9]+)?$$/ { on += $$3; nn++ } \
+	      END { if (!fn || !nn) { print "bench: observer results missing"; exit 1 } \
+	            printf "\nuncontended cycle with the OpenTelemetry observer: %.1fus against %.1fus without (%+.0f%%)\n", \
+	                   on / nn / 1e3, off / fn / 1e3, 100 * (on / nn - off / fn) / (off / fn) }' $(BENCH_OUT).otel
 	@# bench/ is its own module, so the library's go.mod never depends on the peers it is compared with
 	cd bench && $(GO) run . -out=../docs $(BENCH_FLAGS)
 

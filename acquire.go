@@ -23,8 +23,58 @@ const maxStartOvers = 3
 // ErrNotAcquired at once if another client holds a live lease. A lease whose
 // expiry has passed by the Locker's clock is taken over (see deadlock.go).
 func (l *Locker) TryAcquire(ctx context.Context, key string) (*Lock, error) {
-	lock, _, err := l.tryAcquire(ctx, key, "")
+	ctx, end := l.beginCall(ctx, CallTryAcquire, key)
+	acq := l.newAcquireCall()
+	lock, _, err := l.tryAcquire(ctx, key, "", &acq)
+	if end != nil {
+		end(CallResult{Event: acq.won, Err: err})
+	}
 	return lock, err
+}
+
+// acquireCall is what one Acquire or TryAcquire call reports of itself
+// (Event.Waited, Attempts, Wait), on the call's stack: its attempts count
+// it, its wait says how it is waiting, and grant reads it when it wins.
+type acquireCall struct {
+	start    time.Time // by the Locker's clock; zero without an Observer
+	attempts int
+	wait     WaitKind // WaitNone until the call starts waiting
+	won      Event    // the event of the call's win or failure, for its CallObserver
+}
+
+func (l *Locker) newAcquireCall() acquireCall {
+	if l.cfg.observer == nil {
+		return acquireCall{}
+	}
+	return acquireCall{start: l.cfg.clock.Now()}
+}
+
+// report fills in e, the event of the call's win at now, with what the
+// call knows, and keeps it. A lease taken over after a wait was served by
+// its holder's end: WaitTakeover.
+func (a *acquireCall) report(l *Locker, e *Event, now time.Time) {
+	e.Waited, e.Attempts, e.Wait, e.Outcome, e.Path = now.Sub(a.start), a.attempts, a.wait, OutcomeAcquired, l.pathKind()
+	if e.Kind == EventRecovered && a.wait != WaitNone {
+		e.Wait = WaitTakeover
+	}
+	a.won = *e
+}
+
+// failed reports an Acquire that returned err without the lock
+// (EventAcquireFailed), ctx being the call's.
+func (a *acquireCall) failed(ctx context.Context, l *Locker, key string, err error) {
+	outcome := OutcomeError
+	switch ctxErr := ctx.Err(); {
+	case errors.Is(ctxErr, context.DeadlineExceeded):
+		outcome = OutcomeTimeout
+	case errors.Is(ctxErr, context.Canceled):
+		outcome = OutcomeCanceled
+	}
+	a.won = Event{
+		Kind: EventAcquireFailed, Key: key, Err: err,
+		Waited: l.cfg.clock.Now().Sub(a.start), Attempts: a.attempts, Wait: a.wait, Outcome: outcome,
+	}
+	l.observe(a.won)
 }
 
 // heldLease is what an attempt that found the key held learned about the
@@ -40,7 +90,8 @@ type heldLease struct {
 // of a queued wait (queuedWait, its entry's token; see protocol.go) writes
 // that token, and claims a key that carries it; while the key is held, the
 // wait keeps its place in the queue.
-func (l *Locker) tryAcquire(ctx context.Context, key, queuedWait string) (*Lock, heldLease, error) {
+func (l *Locker) tryAcquire(ctx context.Context, key, queuedWait string, acq *acquireCall) (*Lock, heldLease, error) {
+	acq.attempts++
 	if key == "" {
 		return nil, heldLease{}, fmt.Errorf("%w: empty key", ErrInvalidArgument)
 	}
@@ -48,7 +99,7 @@ func (l *Locker) tryAcquire(ctx context.Context, key, queuedWait string) (*Lock,
 		return nil, heldLease{}, fmt.Errorf("setnxlock: acquire %q: %w", key, err)
 	}
 	for range maxStartOvers {
-		lock, held, startOver, err := l.attempt(ctx, key, queuedWait)
+		lock, held, startOver, err := l.attempt(ctx, key, queuedWait, acq)
 		if !startOver {
 			return lock, held, err
 		}
@@ -59,7 +110,7 @@ func (l *Locker) tryAcquire(ctx context.Context, key, queuedWait string) (*Lock,
 // attempt is one pass of the page's three steps. startOver reports that
 // the key changed under it (released between SETNX and GET, or taken over
 // by someone else first): the caller looks again.
-func (l *Locker) attempt(ctx context.Context, key, queuedWait string) (lock *Lock, held heldLease, startOver bool, err error) {
+func (l *Locker) attempt(ctx context.Context, key, queuedWait string, acq *acquireCall) (lock *Lock, held heldLease, startOver bool, err error) {
 	ours := l.attemptStamp(l.cfg.clock.Now(), queuedWait)
 
 	// Step 1: SETNX key <expiry>; step 2, when the key exists: GET it to
@@ -79,7 +130,7 @@ func (l *Locker) attempt(ctx context.Context, key, queuedWait string) (lock *Loc
 		return nil, heldLease{}, false, err
 	}
 	if claimed.created {
-		lock, err := l.grantWin(ctx, key, ours, claimed.fencingToken, !claimed.dequeued)
+		lock, err := l.grantWin(ctx, key, ours, claimed.fencingToken, !claimed.dequeued, acq)
 		return lock, heldLease{}, false, err
 	}
 	if !claimed.found {
@@ -87,7 +138,7 @@ func (l *Locker) attempt(ctx context.Context, key, queuedWait string) (lock *Loc
 	}
 	now := l.cfg.clock.Now()
 	if write, ok := l.recognise(key, claimed.current, ours, now); ok {
-		lock, startOver, err := l.ownLostWrite(ctx, key, write)
+		lock, startOver, err := l.ownLostWrite(ctx, key, write, acq)
 		return lock, heldLease{}, startOver, err
 	}
 	if held, err := l.judge(key, claimed, now); err != nil {
@@ -101,24 +152,24 @@ func (l *Locker) attempt(ctx context.Context, key, queuedWait string) (lock *Loc
 	if claimed.unqueued {
 		queuedWait = ""
 	}
-	lock, startOver, err = l.takeOver(ctx, key, claimed.current, queuedWait)
+	lock, startOver, err = l.takeOver(ctx, key, claimed.current, queuedWait, acq)
 	return lock, heldLease{}, startOver, err
 }
 
 // grantWin hands out a lock its attempt's own write just won, and takes
 // the queued wait it was won for off the queue when that write did not
 // (the command path after scripts were refused, or a refused ZREM).
-func (l *Locker) grantWin(ctx context.Context, key string, ours stamp, fencingToken int64, stillQueued bool) (*Lock, error) {
+func (l *Locker) grantWin(ctx context.Context, key string, ours stamp, fencingToken int64, stillQueued bool, acq *acquireCall) (*Lock, error) {
 	if ours.queuedWait != "" && stillQueued {
 		l.dequeue(ctx, l.client, key, ours.queuedWait)
 	}
-	return l.grantReplicated(ctx, key, ours, fencingToken, EventAcquired)
+	return l.grantReplicated(ctx, key, ours, fencingToken, EventAcquired, acq)
 }
 
 // ownLostWrite takes a value of ours whose reply was lost (H5). With
 // fencing its token went with the reply: the lease is given up and the
 // attempt starts over for a new one.
-func (l *Locker) ownLostWrite(ctx context.Context, key string, write stamp) (lock *Lock, startOver bool, err error) {
+func (l *Locker) ownLostWrite(ctx context.Context, key string, write stamp, acq *acquireCall) (lock *Lock, startOver bool, err error) {
 	if l.cfg.fencing {
 		if _, err := l.compareAndWrite(ctx, key,
 			func(current string) bool { return current == write.value },
@@ -130,7 +181,7 @@ func (l *Locker) ownLostWrite(ctx context.Context, key string, write stamp) (loc
 	l.setSafetyNet(ctx, key, write) // H6: the write whose reply was lost may not have got its net
 	// Won outside the queue's own steps: the wait's entry must not be
 	// handed the key later (one owner per value).
-	lock, err = l.grantWin(ctx, key, write, 0, true)
+	lock, err = l.grantWin(ctx, key, write, 0, true, acq)
 	return lock, false, err
 }
 
@@ -188,22 +239,28 @@ func (l *Locker) recognise(key, current string, attempt stamp, now time.Time) (s
 // of its own: when ctx ends first it returns an error matching both
 // ErrNotAcquired and ctx.Err().
 func (l *Locker) Acquire(ctx context.Context, key string) (lock *Lock, err error) {
+	ctx, end := l.beginCall(ctx, CallAcquire, key)
+	acq := l.newAcquireCall()
 	w := l.newWaiting(key)
 	defer w.close(ctx)
 	defer func() {
 		if err != nil {
 			l.abandonLostWrites(ctx, key)
+			acq.failed(ctx, l, key, err)
+		}
+		if end != nil {
+			end(CallResult{Event: acq.won, Err: err})
 		}
 	}()
 	var notReplicated error // the last win the replicas did not acknowledge (WithReplicas): why Acquire never got the lock
 	for {
-		if lock := w.holdHeard(); lock != nil {
+		if lock := w.holdHeard(&acq); lock != nil {
 			w.tookKey() // the release took the entry off the queue; so does the claim
 			return lock, nil
 		}
 		queuedWait := w.nextQueued(ctx)
 		w.listen(ctx) // on wake-ups: before the attempt it relies on them after
-		lock, held, err := l.tryAcquire(ctx, key, queuedWait)
+		lock, held, err := l.tryAcquire(ctx, key, queuedWait, &acq)
 		if err == nil {
 			w.tookKey()
 			return lock, nil
@@ -220,12 +277,17 @@ func (l *Locker) Acquire(ctx context.Context, key string) (lock *Lock, err error
 		if !retryable(err) {
 			return nil, err
 		}
+		if acq.wait == WaitNone {
+			acq.wait = WaitPoll // until something wakes it
+			l.observe(Event{Kind: EventWaiting, Key: key, ExpiresAt: held.takeableAt, Attempts: acq.attempts})
+		}
 		if errors.Is(err, ErrNotAcquired) && w.keyHeld(ctx, held) {
 			continue // attempt once more now that no release can go unheard
 		}
 		if err := w.sleep(ctx, held); err != nil {
 			return nil, contextEnded(key, err, notReplicated)
 		}
+		acq.wait = w.woke
 	}
 }
 

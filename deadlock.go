@@ -29,7 +29,7 @@ const restoreTimeout = time.Second
 // startOver is true when the key no longer holds expiredValue: someone else
 // took it over or released it, or it became another type; the caller should
 // look again.
-func (l *Locker) takeOver(ctx context.Context, key, expiredValue, queuedWait string) (lock *Lock, startOver bool, err error) {
+func (l *Locker) takeOver(ctx context.Context, key, expiredValue, queuedWait string, acq *acquireCall) (lock *Lock, startOver bool, err error) {
 	ours := l.attemptStamp(l.cfg.clock.Now(), queuedWait)
 	var won takeover
 	err = l.onPath(func(p path) error {
@@ -42,7 +42,7 @@ func (l *Locker) takeOver(ctx context.Context, key, expiredValue, queuedWait str
 	if !won.written {
 		return nil, true, nil
 	}
-	lock, err = l.grantReplicated(ctx, key, ours, won.fencingToken, EventRecovered)
+	lock, err = l.grantReplicated(ctx, key, ours, won.fencingToken, EventRecovered, acq)
 	return lock, false, err
 }
 

@@ -93,9 +93,10 @@
 // (writing), identity.go (who holds a lock, written after the token).
 // Also: clock.go, serverclock.go, clockwait.go (timers that follow their
 // clock), belief.go (a lease's end as we believe it, and when one is
-// over), fencing.go, observer.go, options.go, errors.go; status.go reads
-// a key from the outside (Status) and breaks it (ForceRelease), scan.go
-// lists the keys that match a pattern (ScanStatus); replicas.go makes lease writes wait for replicas
+// over), fencing.go, observer.go (events), calls.go (a CallObserver's
+// calls, for spans), options.go, errors.go; status.go reads a key from the
+// outside (Status) and breaks it (ForceRelease), scan.go lists the keys
+// that match a pattern (ScanStatus); replicas.go makes lease writes wait for replicas
 // (WithReplicas). The release's owner check (H3) is ownercheck.go;
 // ownercheck_off.go, built only with the tag setnxlock_no_owner_check,
 // breaks it on purpose for the fault-injection harness's broken runs.

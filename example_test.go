@@ -400,13 +400,13 @@ func ExampleNewSlogObserver() {
 	lock, _ := locker.TryAcquire(ctx, "lock.k")
 	_ = lock.Release(ctx)
 	// Output:
-	// level=DEBUG msg="setnxlock: acquired" key=lock.k
+	// level=DEBUG msg="setnxlock: acquired" key=lock.k outcome=acquired attempts=1 wait=none
 	// level=DEBUG msg="setnxlock: released" key=lock.k
 }
 
-// dropTimes keeps the example's output stable.
+// dropTimes keeps the example's output stable: no instants, no durations.
 func dropTimes(a slog.Attr) slog.Attr {
-	if a.Key == slog.TimeKey || a.Key == "expires_at" {
+	if a.Key == slog.TimeKey || a.Key == "expires_at" || a.Key == "waited" || a.Key == "held" {
 		return slog.Attr{}
 	}
 	return a
@@ -430,6 +430,42 @@ func ExampleObserverFunc() {
 	_, _ = b.TryAcquire(ctx, "lock.k")
 	fmt.Println("contended:", contended)
 	// Output: contended: 2
+}
+
+// callPrinter traces calls by printing them; a real one opens a span in
+// BeginCall and ends it in the function it returns (setnxlockotel does).
+type callPrinter struct{ setnxlock.ObserverFunc }
+
+func (callPrinter) BeginCall(ctx context.Context, call setnxlock.Call, key string) (context.Context, func(setnxlock.CallResult)) {
+	fmt.Println("begin", call, key)
+	return ctx, func(r setnxlock.CallResult) {
+		fmt.Println("end", call, r.Event.Kind, "attempts:", r.Event.Attempts, "not acquired:", errors.Is(r.Err, setnxlock.ErrNotAcquired))
+	}
+}
+
+// A CallObserver hears each Acquire, TryAcquire and Release in the
+// caller's context, with the event that ended it.
+func ExampleCallObserver() {
+	client, done := newClient()
+	defer done()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	tracer := callPrinter{func(e setnxlock.Event) { fmt.Println("  event", e.Kind) }}
+	locker, _ := setnxlock.New(client, setnxlock.WithObserver(tracer))
+
+	lock, _ := locker.Acquire(ctx, "lock.k")
+	_, _ = locker.TryAcquire(ctx, "lock.k")
+	_ = lock.Release(ctx)
+	// Output:
+	// begin acquire lock.k
+	//   event acquired
+	// end acquire acquired attempts: 1 not acquired: false
+	// begin try_acquire lock.k
+	//   event contended
+	// end try_acquire unknown attempts: 0 not acquired: true
+	// begin release lock.k
+	//   event released
+	// end release released attempts: 0 not acquired: false
 }
 
 // A Go service joining PHP or Node services that lock the classic way on

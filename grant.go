@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 )
 
 // Handing out a lock an attempt's own write just won: once the replicas
@@ -17,10 +18,10 @@ import (
 // fails, the write is remembered as one whose reply was lost (H5), so
 // that the next attempt takes it (through here again) instead of waiting
 // out our own lease.
-func (l *Locker) grantReplicated(ctx context.Context, key string, ours stamp, fencingToken int64, kind EventKind) (*Lock, error) {
+func (l *Locker) grantReplicated(ctx context.Context, key string, ours stamp, fencingToken int64, kind EventKind, acq *acquireCall) (*Lock, error) {
 	err := l.replicate(ctx, ourWrite{key, ours.value}, ours.length(), ours.expiry)
 	if err == nil {
-		return l.grant(key, ours, fencingToken, kind)
+		return l.grant(key, ours, fencingToken, kind, acq)
 	}
 	if !l.cfg.format.tokens() && (!errors.Is(err, ErrNotReplicated) || errors.Is(err, errNotOurs)) {
 		return nil, err
@@ -32,11 +33,21 @@ func (l *Locker) grantReplicated(ctx context.Context, key string, ours stamp, fe
 	return nil, err
 }
 
+// announceWin reports a win at now to the observer, with what the call
+// that won it knows (acquireCall.report).
+func (l *Locker) announceWin(e Event, now time.Time, acq *acquireCall) {
+	if l.cfg.observer == nil {
+		return
+	}
+	acq.report(l, &e, now)
+	l.observe(e)
+}
+
 // grant hands out the lock we just won, unless its lease already ended
 // while we waited for Redis's reply (a stall like H8's): a Lock that is over
 // before the caller sees it would only invite work outside the lease. The
 // lease ends, for us, when we believe it does (H4: ourLeaseEnd).
-func (l *Locker) grant(key string, ours stamp, fencingToken int64, kind EventKind) (*Lock, error) {
+func (l *Locker) grant(key string, ours stamp, fencingToken int64, kind EventKind, acq *acquireCall) (*Lock, error) {
 	now := l.cfg.clock.Now()
 	ends := l.ourLeaseEnd(ours.expiry, now)
 	if expired(ends, now) {
@@ -44,12 +55,12 @@ func (l *Locker) grant(key string, ours stamp, fencingToken int64, kind EventKin
 	}
 	lock := &Lock{
 		locker: l, key: key, token: tokenOf(ours.value), value: ours.value, fencingToken: fencingToken,
-		op: make(chan struct{}, 1), lease: newLease(ours.start, ends),
+		op: make(chan struct{}, 1), lease: newLease(ours.start, ends), acquiredAt: now,
 	}
 	if !l.cfg.format.tokens() {
 		lock.token = ""
 	}
-	l.observe(Event{Kind: kind, Key: key, ExpiresAt: ends, FencingToken: fencingToken})
+	l.announceWin(Event{Kind: kind, Key: key, ExpiresAt: ends, FencingToken: fencingToken}, now, acq)
 	if l.cfg.autoRefresh {
 		lock.startKeeper()
 	}

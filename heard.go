@@ -32,7 +32,7 @@ import (
 // the key before it holds it: note is not a handoff, the provisional hold
 // is already over by our clock (a late message), or the Locker needs the
 // claim's own write acknowledged first (WithReplicas, H9).
-func (l *Locker) holdHeard(key string, entry *queueEntry, note handoffNote) *Lock {
+func (l *Locker) holdHeard(key string, entry *queueEntry, note handoffNote, acq *acquireCall) *Lock {
 	if !note.handoff() || l.cfg.replicas > 0 || l.cfg.fencing {
 		return nil
 	}
@@ -49,11 +49,12 @@ func (l *Locker) holdHeard(key string, entry *queueEntry, note handoffNote) *Loc
 	}
 	lock := &Lock{
 		locker: l, key: key, token: entry.token, value: value,
-		op: make(chan struct{}, 1), lease: newLease(note.heardAt, ends),
+		op: make(chan struct{}, 1), lease: newLease(note.heardAt, ends), acquiredAt: now,
 	}
 	lock.op <- struct{}{} // bounded: a new Lock's turn is free; the claim's, before anyone else may ask
 	ours := l.attemptStamp(now, entry.token)
-	l.observe(Event{Kind: EventAcquired, Key: key, ExpiresAt: ends}) // before the claim can announce a loss
+	acq.wait = WaitHandoff
+	l.announceWin(Event{Kind: EventAcquired, Key: key, ExpiresAt: ends}, now, acq) // before the claim can announce a loss
 	go lock.claimHeard(ours, entry)
 	if l.cfg.autoRefresh {
 		lock.startKeeper()

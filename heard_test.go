@@ -93,13 +93,13 @@ func (e *eventLog) Observe(ev Event) {
 }
 
 // kinds lists the kinds of the events of the lock's life: not those of
-// the wait (EventContended).
+// the wait (EventContended, EventWaiting).
 func (e *eventLog) kinds() []EventKind {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	var kinds []EventKind
 	for _, ev := range e.events {
-		if ev.Kind != EventContended {
+		if ev.Kind != EventContended && ev.Kind != EventWaiting {
 			kinds = append(kinds, ev.Kind)
 		}
 	}

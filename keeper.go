@@ -132,10 +132,12 @@ func (k *Lock) renew() error {
 	remaining := k.ExpiresAt().Sub(l.cfg.clock.Now())
 	ctx, cancel := context.WithTimeout(context.Background(), remaining)
 	defer cancel()
-	return k.inTurn(ctx, "refresh", func() error {
+	err := k.inTurn(ctx, "refresh", func() error {
 		if k.state.load() != held {
 			return nil
 		}
 		return k.refresh(ctx, l.cfg.ttl)
 	}, k.lostWith("refresh"))
+	k.refreshFailed(err)
+	return err
 }

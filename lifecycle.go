@@ -98,13 +98,46 @@ func (e ranOut) Error() string {
 
 func (e ranOut) Unwrap() error { return ErrNotHeld }
 
-// announceEnd tells the observer how the lock's life ended.
+// announceEnd tells the observer how the lock's life ended, and how long
+// it was held: until now for a release, until the lease ended for a loss
+// (its end, or the instant it was cut: heldUntil). It runs once, before
+// lease.done closes.
 func (k *Lock) announceEnd(err error) {
-	e := Event{Kind: EventReleased, Key: k.key, ExpiresAt: k.lease.ends(), FencingToken: k.fencingToken, Err: err}
-	if err != nil {
-		e.Kind = EventLost
+	l := k.locker
+	if l.cfg.observer == nil {
+		return
 	}
-	k.locker.observe(e)
+	ended := l.cfg.clock.Now()
+	e := Event{Kind: EventReleased, Key: k.key, ExpiresAt: k.lease.ends(), FencingToken: k.fencingToken, Err: err, Path: l.pathKind()}
+	if err != nil {
+		e.Kind, e.Path = EventLost, PathNone
+		ended = earliest(ended, k.lease.heldUntil())
+	}
+	e.Held = max(ended.Sub(k.acquiredAt), 0)
+	if l.cfg.calls != nil {
+		k.ending = &e // for Release's CallResult (endEvent)
+	}
+	l.observe(e)
+}
+
+// endEvent is the event that announced the lock's end, once lease.done is
+// closed and for a CallObserver only; Kind 0 otherwise.
+func (k *Lock) endEvent() Event {
+	select {
+	case <-k.lease.done:
+		if k.ending != nil {
+			return *k.ending
+		}
+	default:
+	}
+	return Event{}
+}
+
+// refreshFailed reports a Refresh or a renewal that returned err.
+func (k *Lock) refreshFailed(err error) {
+	if err != nil {
+		k.locker.observe(Event{Kind: EventRefreshFailed, Key: k.key, ExpiresAt: k.ExpiresAt(), FencingToken: k.fencingToken, Err: err})
+	}
 }
 
 // endIfRunOut ends the lock as lost if its lease is over by the Locker's

@@ -29,6 +29,8 @@ type Lock struct {
 	lease *lease // its end, its renewals' start, and how its life ended (lease.go)
 
 	renewAlways atomic.Bool // the keeper renews the lease whatever the Locker's options (Do)
+	acquiredAt  time.Time   // when it was won, by the Locker's clock (Event.Held)
+	ending      *Event      // with a CallObserver, the event that announced its end: written before lease.done closes, read after
 }
 
 // lockState is where a Lock is in its life: held (or orphaned, once
@@ -109,9 +111,13 @@ func (k *Lock) Release(ctx context.Context) error {
 	if k == nil {
 		return errNilLock
 	}
+	ctx, end := k.locker.beginCall(ctx, CallRelease, k.key)
 	k.state.v.CompareAndSwap(int32(held), int32(releasing)) // no more renewals, even if this call fails
 	err := k.release(ctx)
 	k.awaitKeeper(ctx)
+	if end != nil {
+		end(CallResult{Event: k.endEvent(), Err: err})
+	}
 	return err
 }
 

@@ -56,7 +56,8 @@ func TestObserverHearsEveryEvent(t *testing.T) {
 
 		first, err := observed().TryAcquire(ctx, "lock.k")
 		require.NoError(t, err)
-		sameEvent(t, Event{Kind: EventAcquired, Key: "lock.k", ExpiresAt: first.ExpiresAt(), FencingToken: first.FencingToken()}, seen.last())
+		sameEvent(t, Event{Kind: EventAcquired, Key: "lock.k", ExpiresAt: first.ExpiresAt(), FencingToken: first.FencingToken(),
+			Attempts: 1, Outcome: OutcomeAcquired, Path: PathScripts}, seen.last())
 
 		_, err = observed().TryAcquire(ctx, "lock.k")
 		require.ErrorIs(t, err, ErrNotAcquired)
@@ -65,20 +66,29 @@ func TestObserverHearsEveryEvent(t *testing.T) {
 		b.clock.Set(first.ExpiresAt()) // first crashed
 		second, err := observed().TryAcquire(ctx, "lock.k")
 		require.NoError(t, err)
-		assert.Equal(t, EventRecovered, seen.last().Kind)
+		sameEvent(t, Event{Kind: EventRecovered, Key: "lock.k", ExpiresAt: second.ExpiresAt(), FencingToken: second.FencingToken(),
+			Attempts: 1, Outcome: OutcomeAcquired, Path: PathScripts}, seen.last())
+		b.clock.Advance(2 * time.Second)
 		require.NoError(t, second.Refresh(ctx, time.Minute))
 		sameEvent(t, Event{Kind: EventRefreshed, Key: "lock.k", ExpiresAt: second.ExpiresAt(), FencingToken: second.FencingToken()}, seen.last())
+		b.clock.Advance(3 * time.Second)
 		require.NoError(t, second.Release(ctx))
-		assert.Equal(t, EventReleased, seen.last().Kind)
-		assert.NoError(t, seen.last().Err)
+		sameEvent(t, Event{Kind: EventReleased, Key: "lock.k", ExpiresAt: second.ExpiresAt(), FencingToken: second.FencingToken(),
+			Path: PathScripts, Held: 5 * time.Second}, seen.last())
 
 		third, err := observed().TryAcquire(ctx, "lock.k")
 		require.NoError(t, err)
+		b.clock.Advance(4 * time.Second)
 		b.set(t, "lock.k", strconv.FormatInt(b.start.Add(time.Hour).UnixMilli(), 10))
-		require.ErrorIs(t, third.Refresh(ctx, time.Minute), ErrNotHeld)
-		assert.ErrorIs(t, seen.last().Err, ErrNotHeld)
+		refreshErr := third.Refresh(ctx, time.Minute)
+		require.ErrorIs(t, refreshErr, ErrNotHeld)
+		lost := seen.seen[len(seen.seen)-2]
+		assert.ErrorIs(t, lost.Err, ErrNotHeld)
+		lost.Err = nil
+		sameEvent(t, Event{Kind: EventLost, Key: "lock.k", ExpiresAt: lost.ExpiresAt, FencingToken: third.FencingToken(), Held: 4 * time.Second}, lost)
+		sameEvent(t, Event{Kind: EventRefreshFailed, Key: "lock.k", ExpiresAt: third.ExpiresAt(), FencingToken: third.FencingToken(), Err: refreshErr}, seen.last())
 
-		assert.Equal(t, "acquired contended recovered refreshed released acquired lost", seen.kinds())
+		assert.Equal(t, "acquired contended recovered refreshed released acquired lost refresh_failed", seen.kinds())
 	})
 }
 

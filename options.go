@@ -36,10 +36,11 @@ type config struct {
 	skewMargin  time.Duration
 	starvation  time.Duration // WithStarvationThreshold; 0: every release hands over in order
 	observer    Observer
-	noScripts   bool   // WithoutScripts: only the classic commands, never EVAL/EVALSHA
-	format      Format // what we write; we read every format
-	identity    string // WithIdentity: written after the token in TokenFormat; "" for none
-	classic     bool   // WithClassicCommands: SETNX and PEXPIRE, as if the server knew nothing newer
+	calls       CallObserver // observer, when it also traces calls (calls.go)
+	noScripts   bool         // WithoutScripts: only the classic commands, never EVAL/EVALSHA
+	format      Format       // what we write; we read every format
+	identity    string       // WithIdentity: written after the token in TokenFormat; "" for none
+	classic     bool         // WithClassicCommands: SETNX and PEXPIRE, as if the server knew nothing newer
 
 	replicas       int           // WithReplicas: replicas that must acknowledge each lease write; 0: none
 	replicaTimeout time.Duration // WithReplicas: how long WAIT waits for them

@@ -30,7 +30,9 @@ func (k *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 	if ttl < time.Millisecond {
 		return fmt.Errorf("%w: TTL %v is below 1ms", ErrInvalidArgument, ttl)
 	}
-	return k.inTurn(ctx, "refresh", func() error { return k.refresh(ctx, ttl) }, k.lostWith("refresh"))
+	err := k.inTurn(ctx, "refresh", func() error { return k.refresh(ctx, ttl) }, k.lostWith("refresh"))
+	k.refreshFailed(err)
+	return err
 }
 
 // refresh is Refresh's round trip, run in the Lock's turn (inTurn).

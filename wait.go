@@ -32,6 +32,8 @@ type waiting struct {
 
 	listener string // wakeUps: its member in the key's queue (wakelisten.go)
 	listed   bool   // wakeUps: listed before the last attempt, so a release announces itself
+
+	woke WaitKind // what ended the last sleep, for the observer (Event.Wait)
 }
 
 // waitMode is how a wait waits; it only ever moves down this list.
@@ -133,13 +135,13 @@ func (w *waiting) keyHeld(ctx context.Context, held heldLease) bool {
 // holdHeard is a Lock on the key a handoff the wait heard gives it
 // (heard.go), held before its claim is confirmed; nil when it heard none,
 // or must claim the key first (the next attempt does).
-func (w *waiting) holdHeard() *Lock {
+func (w *waiting) holdHeard(acq *acquireCall) *Lock {
 	note := w.heard
 	w.heard = handoffNote{}
 	if w.mode != queued {
 		return nil
 	}
-	return w.l.holdHeard(w.key, w.entry, note)
+	return w.l.holdHeard(w.key, w.entry, note, acq)
 }
 
 // tookKey ends a wait whose attempt took the key. The winning write took the
@@ -206,6 +208,7 @@ func (w *waiting) sleep(ctx context.Context, held heldLease) error {
 			close(abandon)
 		}
 	}()
+	w.woke = WaitPoll // the timers, and a subscription made or ended
 	for {
 		select {
 		case <-ctx.Done():
@@ -218,12 +221,17 @@ func (w *waiting) sleep(ctx context.Context, held heldLease) error {
 			}
 		case <-leaseEnd:
 		case w.heard = <-handed:
+			w.woke = WaitBarging // a key left free for the first in line to race for
+			if w.heard.handoff() {
+				w.woke = WaitHandoff
+			}
 		case <-ready:
 		case <-stopped:
 		case <-w.wake.confirming():
 			w.wake.confirmed() // attempt at once: a release before the confirmation went unheard
 		case <-w.wake.announced():
 			w.wake.drain() // one attempt answers every release announced so far
+			w.woke = WaitWakeUp
 		}
 		return nil
 	}
