@@ -66,6 +66,11 @@ func (k *Lock) inTurn(ctx context.Context, verb string, body func() error, overd
 // Locker's clock (H11): it returns errTurnOverdue when the lock is over
 // first, ctx's error when ctx ends first.
 func (k *Lock) takeTurn(ctx context.Context, verb string) error {
+	select {
+	case k.op <- struct{}{}: // free, the common case: no wait for the lease's end to set up
+		return nil
+	default:
+	}
 	returned := make(chan struct{})
 	defer close(returned) // drops the waits for the lease's end
 	for {
