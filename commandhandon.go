@@ -27,8 +27,10 @@ const maxHandOns = 16
 // the caller's failure.
 func (q commandQueue) handOnOwned(ctx context.Context, key string, owned func(string) bool, barge time.Duration) (bool, error) {
 	ours, listeners := false, false
+	dropping := false // the last step only dropped a member that is not an entry: the key is still ours, as owned says
 	for range maxHandOns {
 		step, err := q.handOnce(ctx, key, owned, barge, listeners)
+		dropping = err == nil && step.written && step.malformed != ""
 		if !ours && errors.Is(err, redis.TxFailedErr) {
 			// The queue kept changing under the watch (waiters arriving,
 			// leaving): release as if nobody queued, and wake the first in
@@ -54,6 +56,19 @@ func (q commandQueue) handOnOwned(ctx context.Context, key string, owned func(st
 		// value, at once and whatever the next waiter's wait.
 		provisional := step.provisional
 		owned, barge = func(current string) bool { return current == provisional }, 0
+	}
+	if dropping {
+		// The bound ran out on members that are not entries (listeners,
+		// wakelisten.go, many after Lockers closed): the key is still
+		// ours. Free it, and wake the listeners dropped, rather than leave
+		// a released lease to run out (make chaos, mode classic: a key held
+		// for a whole lease after its Release said nil).
+		deleted, err := q.l.deleteOwned(ctx, key, owned)
+		if deleted {
+			_ = q.l.client.Publish(ctx, WakeChannel(key), key).Err()
+			q.wakeHead(ctx, key)
+		}
+		return true, err
 	}
 	return true, nil
 }
