@@ -61,8 +61,7 @@ func (q commandQueue) handOnOwned(ctx context.Context, key string, owned func(st
 		// The bound ran out on members that are not entries (listeners,
 		// wakelisten.go, many after Lockers closed): the key is still
 		// ours. Free it, and wake the listeners dropped, rather than leave
-		// a released lease to run out (make chaos, mode classic: a key held
-		// for a whole lease after its Release said nil).
+		// a released lease to run out while Release says nil.
 		deleted, err := q.l.deleteOwned(ctx, key, owned)
 		if deleted {
 			_ = q.l.client.Publish(ctx, WakeChannel(key), key).Err()

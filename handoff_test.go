@@ -385,8 +385,8 @@ func onlyQueuedAttempts(sent *recorder) bool {
 // the queue than one release drops at a time (listeners, wakelisten.go,
 // many once Lockers have closed) still frees the key it holds: the
 // command transport drops them one step each, within a bound, and then
-// deletes the key, never leaving a released lease to run out (make chaos,
-// mode classic: a key held a whole lease after its Release said nil).
+// deletes the key, never leaving a released lease to run out while its
+// Release says nil.
 func TestAReleaseBehindManyListenersStillFreesTheKey(t *testing.T) {
 	onEachQueueingPath(t, func(t *testing.T, b *backend, path Option) {
 		holder, err := b.locker(t, path).TryAcquire(ctx, "lock.k")
