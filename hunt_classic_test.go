@@ -92,6 +92,45 @@ func TestAReleaseThatDroppedAListenerAndWasCutLeavesNothingHeld(t *testing.T) {
 	})
 }
 
+// abortAfterListenerDrop makes every watched read of the client after it
+// dropped a listener be followed, before its EXEC, by a wait on wake-ups
+// listing itself in the queue (another client's ZADD): the queue changes
+// under every watch, as it does while waits on wake-ups poll.
+func abortAfterListenerDrop(t *testing.T, b *backend, c *redis.Client, key string) *atomic.Int32 {
+	other := b.client(t)
+	dropped, aborted := new(atomic.Bool), new(atomic.Int32)
+	c.AddHook(pipelineHook(func(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+		return func(ctx context.Context, cmds []redis.Cmder) error {
+			err := next(ctx, cmds)
+			switch {
+			case err == nil && dropsListenerOnly(cmds):
+				dropped.Store(true)
+			case dropped.Load() && len(cmds) > 0 && cmds[0].Name() == "watch":
+				aborted.Add(1)
+				_ = other.ZAdd(ctx, waitersKey(key), redis.Z{Score: float64(1000 + aborted.Load()), Member: formatListener(newToken())}).Err()
+			}
+			return err
+		}
+	}))
+	return aborted
+}
+
+// A Release whose hand-on loop dropped a listener and then finds the
+// queue changing under every watch (maxTransactionAttempts) frees the key
+// as if nobody queued, as it does when that happens at its first step.
+func TestAReleaseThatDroppedAListenerInABusyQueueLeavesNothingHeld(t *testing.T) {
+	onEachQueueingPath(t, func(t *testing.T, b *backend, path Option) {
+		client := b.client(t)
+		aborted := abortAfterListenerDrop(t, b, client, "lock.k")
+		lock, err := b.lockerOn(t, client, path).TryAcquire(ctx, "lock.k")
+		require.NoError(t, err)
+		listenAhead(t, b, "lock.k", 1)
+
+		require.NoError(t, lock.Release(ctx))
+		assert.Equal(t, "<missing>", b.value(t, "lock.k"), "released, yet the key holds our value (%d watches aborted)", aborted.Load())
+	})
+}
+
 // With more listeners at the head of the queue than the hand-on loop has
 // steps (maxHandOns), the loop ends before it frees the key: the key must
 // still be freed, not reported handed on.
