@@ -23,23 +23,25 @@ const maxHandOns = 16
 // waiter has waited less, wakes that one to race for it. A handoff nobody
 // heard is handed on while the key holds exactly the provisional value
 // written for it (protocol.go). It reports whether the key was ours; once
-// it was, what goes wrong handing on costs the claim window, and is not
-// the caller's failure.
+// it was handed on or freed, what goes wrong handing on costs the claim
+// window, and is not the caller's failure.
+//
+// Listeners at the head of the queue (waits on wake-ups, wakelisten.go)
+// are dropped one transaction each, and leave the key as it was: ours.
+// Until a step has handed the key on or freed it, a step that fails, or a
+// loop that runs out of steps, frees the key (freeOwned) rather than
+// report it handed on: a Release told so would leave its own value to a
+// lease nobody holds (the chaos run's slow-free-wait, mode classic).
 func (q commandQueue) handOnOwned(ctx context.Context, key string, owned func(string) bool, barge time.Duration) (bool, error) {
-	ours, listeners := false, false
-	dropping := false // the last step only dropped a member that is not an entry: the key is still ours, as owned says
+	ours, listeners, moved := false, false, false
 	for range maxHandOns {
 		step, err := q.handOnce(ctx, key, owned, barge, listeners)
-		dropping = err == nil && step.written && step.malformed != ""
-		if !ours && errors.Is(err, redis.TxFailedErr) {
+		if !moved && (errors.Is(err, redis.TxFailedErr) || ours && err != nil) {
 			// The queue kept changing under the watch (waiters arriving,
-			// leaving): release as if nobody queued, and wake the first in
-			// line, rather than fail the release.
-			deleted, err := q.l.deleteOwned(ctx, key, owned)
-			if deleted {
-				q.wakeHead(ctx, key)
-			}
-			return deleted, err
+			// leaving), or a step after a listener's drop failed: release
+			// as if nobody queued, and wake the first in line, rather than
+			// fail the release or leave the key ours.
+			return q.freeOwned(ctx, key, owned)
 		}
 		if !ours && (err != nil || !step.written) {
 			return false, err
@@ -52,24 +54,27 @@ func (q commandQueue) handOnOwned(ctx context.Context, key string, owned func(st
 		if err != nil || !step.written || !step.unheard() || !step.handed {
 			return true, nil // handed and heard, freed, or moved on since
 		}
+		moved = true
 		// Nobody heard the handoff: hand the key on from that provisional
 		// value, at once and whatever the next waiter's wait.
 		provisional := step.provisional
 		owned, barge = func(current string) bool { return current == provisional }, 0
 	}
-	if dropping {
-		// The bound ran out on members that are not entries (listeners,
-		// wakelisten.go, many after Lockers closed): the key is still
-		// ours. Free it, and wake the listeners dropped, rather than leave
-		// a released lease to run out while Release says nil.
-		deleted, err := q.l.deleteOwned(ctx, key, owned)
-		if deleted {
-			_ = q.l.client.Publish(ctx, WakeChannel(key), key).Err()
-			q.wakeHead(ctx, key)
-		}
-		return true, err
+	if !moved {
+		return q.freeOwned(ctx, key, owned) // only listeners dropped: the key is still ours
 	}
 	return true, nil
+}
+
+// freeOwned deletes key while it holds a value owned reports ours, with
+// the wake-up of its listeners (deleteOwned), and wakes the first in line
+// to race for it.
+func (q commandQueue) freeOwned(ctx context.Context, key string, owned func(string) bool) (bool, error) {
+	deleted, err := q.l.deleteOwned(ctx, key, owned)
+	if deleted {
+		q.wakeHead(ctx, key)
+	}
+	return deleted, err
 }
 
 // handStep is one transaction of the hand-on loop: what it read of the

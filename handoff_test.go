@@ -380,21 +380,3 @@ func onlyQueuedAttempts(sent *recorder) bool {
 	}
 	return reads > 0
 }
-
-// A release that finds more members that are not entries at the head of
-// the queue than one release drops at a time (listeners, wakelisten.go,
-// many once Lockers have closed) still frees the key it holds: the
-// command transport drops them one step each, within a bound, and then
-// deletes the key, never leaving a released lease to run out while its
-// Release says nil.
-func TestAReleaseBehindManyListenersStillFreesTheKey(t *testing.T) {
-	onEachQueueingPath(t, func(t *testing.T, b *backend, path Option) {
-		holder, err := b.locker(t, path).TryAcquire(ctx, "lock.k")
-		require.NoError(t, err)
-		for i := range 2 * maxHandOns {
-			require.NoError(t, b.raw.ZAdd(ctx, waitersKey("lock.k"), redis.Z{Score: float64(i + 1), Member: formatListener(newToken())}).Err())
-		}
-		require.NoError(t, holder.Release(ctx))
-		assert.Equal(t, "<missing>", b.value(t, "lock.k"), "the released key is freed, not left to its lease")
-	})
-}
