@@ -83,14 +83,14 @@ func (l *Locker) create(ctx context.Context, key string, ours stamp, cmd redis.C
 	var incr *redis.IntCmd
 	cmds, err := l.client.TxPipelined(ctx, func(pipe redis.Pipeliner) error {
 		_ = pipe.Process(ctx, cmd)
-		incr = pipe.Incr(ctx, FenceKey(key))
+		incr = pipe.Incr(ctx, l.fenceCounter(key))
 		return nil
 	})
 	if created, _ := createdBy(cmd); created && isReplyError(incr.Err()) {
 		// The EXEC ran (a refusal at queueing would have aborted it): an
 		// INCR that fails then can only have found no integer (H7).
 		_, _ = l.undoWrite(ctx, key, ours.value)
-		return false, 0, errFenceNotCounter(key)
+		return false, 0, errFenceNotCounter(l.fenceCounter(key))
 	}
 	if err = withCause(cmds, err); err != nil && !errors.Is(err, redis.Nil) { // SET NX that did not set answers nil
 		return false, 0, err

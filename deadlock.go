@@ -80,7 +80,7 @@ func (l *Locker) watchedTakeOver(ctx context.Context, key, expiredValue string, 
 			// transaction (H6).
 			pipe.PExpire(ctx, key, l.safetyNet(ours.length()))
 			if l.cfg.fencing {
-				fence = pipe.Incr(ctx, FenceKey(key)) // drawn with the takeover, atomically
+				fence = pipe.Incr(ctx, l.fenceCounter(key)) // drawn with the takeover, atomically
 			}
 			if queuedWait != "" {
 				l.dequeue(ctx, pipe, key, queuedWait)
@@ -90,7 +90,7 @@ func (l *Locker) watchedTakeOver(ctx context.Context, key, expiredValue string, 
 		// The counter is not an integer (H7): the GETSET ran, the INCR
 		// did not. Undo our write; the value it replaced was over.
 		_, _ = l.undoWrite(ctx, key, ours.value)
-		return takeover{}, errFenceNotCounter(key)
+		return takeover{}, errFenceNotCounter(l.fenceCounter(key))
 	}
 	if err != nil {
 		if queuedWait != "" {

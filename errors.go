@@ -49,3 +49,9 @@ var ErrNotReplicated = errors.New("setnxlock: not acknowledged by enough replica
 // without scripts need WATCH/MULTI/EXEC to be safe (H2, H3), so the Locker
 // refuses to write rather than run those writes unguarded.
 var ErrNoTransactions = errors.New("setnxlock: the server refuses MULTI/EXEC transactions")
+
+// ErrPermitsMismatch reports that a semaphore's acquisition found another
+// number of permits recorded in Redis (PermitsKey) than its client asks
+// for: nothing was written. Every client of a semaphore must agree on its
+// count; Semaphore.Resize changes it.
+var ErrPermitsMismatch = errors.New("setnxlock: the semaphore's recorded number of permits differs")

@@ -12,8 +12,18 @@ import "fmt"
 
 // errFenceNotCounter is the error of an acquisition whose fence counter
 // holds something INCR cannot count (H7); the counter is left untouched.
-func errFenceNotCounter(key string) error {
-	return fmt.Errorf("%w: the fence counter %s is not an integer", ErrNotLockValue, FenceKey(key))
+func errFenceNotCounter(counter string) error {
+	return fmt.Errorf("%w: the fence counter %s is not an integer", ErrNotLockValue, counter)
+}
+
+// fenceCounter names the counter the fencing tokens of key are drawn from:
+// FenceKey(key), or for a semaphore's permit the one counter of all its
+// permits (Semaphore), so that tokens strictly increase across them.
+func (l *Locker) fenceCounter(key string) string {
+	if counter, ok := l.permitFences.Load(key); ok {
+		return counter.(string)
+	}
+	return FenceKey(key)
 }
 
 // FencingToken returns the lock's fencing token, or 0 when the Locker was

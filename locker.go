@@ -3,6 +3,7 @@ package setnxlock
 import (
 	"fmt"
 	"reflect"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -20,6 +21,8 @@ type Locker struct {
 	handoff handoffs     // the Locker's subscription to keys handed to it (handoff.go)
 
 	election electionLocker // the Locker elections run on, made on first use (election.go)
+
+	permitFences sync.Map // a semaphore's permit key → its semaphore's fence counter (fenceCounter)
 }
 
 // New returns a Locker that locks keys through client. It returns an error

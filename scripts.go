@@ -74,7 +74,7 @@ func failedOn(key string, err error) error {
 func (p scriptPath) unqueuedClaim(ctx context.Context, key string, ours stamp) (claimOutcome, error) {
 	keys := []string{key}
 	if p.l.cfg.fencing {
-		keys = append(keys, FenceKey(key))
+		keys = append(keys, p.l.fenceCounter(key))
 	}
 	reply, err := acquireScript.Run(ctx, p.l.client, keys, ours.value, p.l.safetyNet(ours.length()).Milliseconds()).Slice()
 	if err != nil {
@@ -90,7 +90,7 @@ func (p scriptPath) unqueuedClaim(ctx context.Context, key string, ours stamp) (
 	case outcome == 2:
 		return claimOutcome{}, ErrNotLockValue
 	case outcome == 3:
-		return claimOutcome{}, errFenceNotCounter(key)
+		return claimOutcome{}, errFenceNotCounter(p.l.fenceCounter(key))
 	}
 	return claimOutcome{}, errors.New("setnxlock: unexpected reply from the acquire script")
 }

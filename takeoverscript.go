@@ -43,7 +43,7 @@ func (p scriptPath) takeOver(ctx context.Context, key, expiredValue string, ours
 		if keys[1] == "" {
 			keys[1] = key // unused: a placeholder in the key's own slot (Cluster)
 		}
-		keys = append(keys, FenceKey(key))
+		keys = append(keys, p.l.fenceCounter(key))
 	} else if entry == "" {
 		keys = keys[:1]
 	}
@@ -74,7 +74,7 @@ func (p scriptPath) takeOver(ctx context.Context, key, expiredValue string, ours
 	case outcome == takeoverForeign:
 		return takeover{}, fmt.Errorf("setnxlock: key %q: %w", key, ErrNotLockValue)
 	case outcome == takeoverNotCounter:
-		return takeover{}, errFenceNotCounter(key)
+		return takeover{}, errFenceNotCounter(p.l.fenceCounter(key))
 	}
 	return takeover{}, errors.New("setnxlock: unexpected reply from the takeover script")
 }
