@@ -101,6 +101,14 @@
 // ownercheck_off.go, built only with the tag setnxlock_no_owner_check,
 // breaks it on purpose for the fault-injection harness's broken runs.
 //
+// A semaphore of N permits (semaphore.go) is N lock keys, each permit an
+// ordinary Lock: at most one lease per permit key, so at most N holders
+// while every client agrees on N, which the first acquisition records in
+// Redis and every acquisition checks (semaphorecount.go); a waiting
+// Acquire waits on every permit at once, as Acquire waits on a key, and
+// keeps the first it gets. semaphorestatus.go reads its holders and
+// waiters.
+//
 // Leader election rides on the lock: a candidate leads while it holds the
 // lock on ElectionKey(name), taken with a fencing token (its term) and
 // renewed in the background, and publishes who leads in a record at

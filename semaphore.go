@@ -104,7 +104,7 @@ func (s *Semaphore) TryAcquire(ctx context.Context) (*Lock, error) {
 // tryEach tries each of n permits once, from a rotating start, and says
 // how many hold no lock value (H7).
 func (s *Semaphore) tryEach(ctx context.Context, n int) (lock *Lock, foreign int, err error) {
-	start := int(s.next.Add(1) % uint64(n))
+	start := int((s.next.Add(1) - 1) % uint64(n))
 	var foreignErrs []error
 	for j := range n {
 		lock, err := s.locker.TryAcquire(ctx, s.permitKey((start+j)%n))
