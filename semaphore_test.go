@@ -311,6 +311,26 @@ func TestSemaphoreSkipsAPermitKeyHoldingSomethingElse(t *testing.T) {
 		assert.Equal(t, PermitKey("sem", 1), waiting.Key())
 		require.NoError(t, waiting.Release(ctx))
 		assert.Equal(t, "not a lock", b.value(t, PermitKey("sem", 0)), "left untouched")
+		st, err := s.Status(ctx)
+		require.NoError(t, err)
+		assert.Equal(t, []string{PermitKey("sem", 0)}, st.Foreign)
+	})
+}
+
+// A count key that holds no count (H7) refuses every acquisition, and
+// is left as it is.
+func TestSemaphoreRefusesACountKeyHoldingSomethingElse(t *testing.T) {
+	onEachBackend(t, func(t *testing.T, b *backend) {
+		b.set(t, PermitsKey("sem"), "many")
+		s := semaphoreOf(t, b.locker(t), "sem", 2)
+		_, err := s.TryAcquire(ctx)
+		require.ErrorIs(t, err, ErrNotLockValue)
+		_, err = s.Acquire(ctx)
+		require.ErrorIs(t, err, ErrNotLockValue)
+		_, err = s.Status(ctx)
+		require.ErrorIs(t, err, ErrNotLockValue)
+		assert.Equal(t, "many", b.value(t, PermitsKey("sem")))
+		assert.Equal(t, "<missing>", b.value(t, PermitKey("sem", 0)), "no permit taken")
 	})
 }
 
