@@ -218,11 +218,15 @@ func TestSemaphoreServesWaitersInArrivalOrder(t *testing.T) {
 				_ = lock.Release(context.Background())
 			}()
 		}
-		queued := func(n int64) {
+		queued := func(n int64) { // in the queue of every permit
 			require.Eventually(t, func() bool {
-				st, err := holder.Status(ctx)
-				return err == nil && st.Waiters >= n
-			}, 10*time.Second, time.Millisecond, "%d waiters queued", n)
+				for i := range 2 {
+					if b.raw.ZCard(ctx, waitersKey(PermitKey("sem", i))).Val() < n {
+						return false
+					}
+				}
+				return true
+			}, 10*time.Second, time.Millisecond, "%d waiters queued on every permit", n)
 		}
 		waiter("first")
 		queued(1)
