@@ -18,6 +18,9 @@ const (
 	// exitForeignKey: run found the key holding something that is not a
 	// lock value, and left it alone (EX_DATAERR).
 	exitForeignKey = 65
+	// exitPermitsMismatch: run --permits N found another count recorded
+	// for the semaphore (ErrPermitsMismatch), and wrote nothing (EX_CONFIG).
+	exitPermitsMismatch = 78
 	// exitUnavailable: Redis could not be reached, or refused, at the first
 	// attempt (EX_UNAVAILABLE).
 	exitUnavailable = 69

@@ -8,9 +8,13 @@ const mainHelp = `setnxlock: Redis locks for scripts and cron, across machines
 Usage:
   setnxlock run [flags] KEY [--] COMMAND [ARG...] run COMMAND while holding the lock KEY
   setnxlock run [flags] KEY -c 'shell command'    the same, with /bin/sh -c
+  setnxlock run --permits N [flags] NAME [--] COMMAND [ARG...]
+                                                  run COMMAND under one of N permits of the semaphore NAME
   setnxlock status [--json] KEY                   what KEY holds: exit 0 held, 3 free, 4 not a lock
   setnxlock status [--json] --match PATTERN       the lock keys that match: exit 0 if any is held, 3 if none
   setnxlock release --force KEY                   delete KEY whoever holds it: exit 0, or 3 if nothing
+  setnxlock semaphore status [--json] NAME        a semaphore's count, holders and waiters: exit 0 a permit is held, 3 none
+  setnxlock semaphore resize NAME N               record N as its count (an operator's act); prints the old and new
   setnxlock version                               (also -V)
 
 Every command takes --url URL (env SETNXLOCK_URL). 'setnxlock run --help' has
@@ -22,6 +26,8 @@ Examples:
   # cron, on every machine: at most one report every 5 minutes across the fleet
   */5 * * * * setnxlock run -n --min-hold 1m nightly-report -- /usr/local/bin/report
   setnxlock run -w 2.5 deploy -- ./deploy.sh production
+  # at most 4 GPU jobs at once across the fleet
+  setnxlock run --permits 4 gpu -- ./train.sh
   setnxlock status --json --url rediss://ops:secret@redis.internal:6380/0 nightly-report
 `
 
@@ -37,6 +43,15 @@ before or after KEY; the first argument after KEY that is not a flag begins
 COMMAND, and everything from there on is the command's. The command's
 environment gets SETNXLOCK_KEY, SETNXLOCK_EXPIRES_AT (RFC 3339, the lease's
 end at start) and, with --fencing, SETNXLOCK_FENCING_TOKEN.
+
+With --permits N, KEY names a semaphore of N permits, and the command runs
+under one of them: up to N runs of KEY hold a permit at once, and the rest
+wait (or, with -n or -w, give up) as for a lock. A permit is a lock key of
+its own ({KEY}.permit.<i>), kept, lost and released as the lock is; the
+command's SETNXLOCK_KEY is the permit's key, SETNXLOCK_SEMAPHORE is KEY.
+N is recorded in Redis by the first run; every run of KEY must give the
+same N (exit 78 otherwise, nothing written): 'setnxlock semaphore resize'
+changes it.
 
 SIGINT, SIGTERM, SIGHUP and SIGQUIT are forwarded to the command's process
 group; while still waiting they end the wait, leaving nothing in Redis. A
@@ -56,7 +71,7 @@ neither waited for nor killed. If setnxlock itself is killed, the command
 gets SIGKILL (Linux) and the lock ends with its lease.
 
 From flock(1): -n, -w, -E, -c, -x (the only mode) and -V carry over;
--s (shared; a future --permits), -u, -o, -F and the file-descriptor form
+-s (shared; --permits N is setnxlock's way), -u, -o, -F and the file-descriptor form
 mean nothing for a Redis key and are refused.
 
 Flags:
@@ -64,11 +79,13 @@ Flags:
 Exit status:
   the command's own      it ran and exited
   128+N                  it died of signal N; or setnxlock got signal N while waiting
-  1 (-E N)               -n or -w gave up: the lock is held by someone else
+  1 (-E N)               -n or -w gave up: the lock (every permit) is held by someone else
   75                     the lease was lost, or ending unrenewed, while the command ran (it was killed)
   124                    --max-runtime ran out (the command was killed)
   69                     Redis unreachable, or refusing, at the first attempt
-  65                     KEY holds something that is not a lock value (left alone)
+  65                     KEY holds something that is not a lock value (left alone); with
+                         --permits, every permit key does, or the recorded count is not a number
+  78                     --permits N differs from the count recorded for the semaphore (nothing written)
   126, 127               COMMAND could not be executed, or was not found
   64                     bad usage; nothing was sent to Redis
 
@@ -77,6 +94,7 @@ Examples:
   setnxlock run -w 30s --ttl 10s backup -c 'pg_dump app | gzip > /backup/app.gz'
   setnxlock run --fencing migrate -- sh -c 'migrate --fence "$SETNXLOCK_FENCING_TOKEN"'
   setnxlock run --format seconds -E 0 cronjob -- ./job   # shares keys with kvz/cronlock
+  setnxlock run --permits 4 -w 10m gpu -- ./train.sh     # at most 4 at once
 `
 
 const statusHelp = `Usage:
@@ -123,4 +141,55 @@ Flags:
 %s
 Example:
   setnxlock release --force nightly-report
+`
+
+const semaphoreHelp = `Usage:
+  setnxlock semaphore status [--json] NAME
+  setnxlock semaphore resize NAME N
+
+A semaphore of N permits is what 'setnxlock run --permits N NAME' runs
+under: N lock keys, {NAME}.permit.0 to {NAME}.permit.<N-1>, and its count
+recorded at {NAME}.permits by the first run. 'status' reads it, writing
+nothing; 'resize' records another count. Each has --help.
+`
+
+const semaphoreStatusHelp = `Usage:
+  setnxlock semaphore status [--json] NAME
+
+Says, writing nothing, the semaphore NAME's recorded count of permits, each
+live permit (its key, the end of its lease and who holds it, as status
+says a key), the permit keys that hold something that is not a lock value
+(skipped by runs), and how many runs wait for a permit. After a shrink,
+permits past the new count are shown while they live. --json prints one
+object:
+  {"name":..., "permits":N or null (no count recorded yet), "held":N,
+   "holders":[status --json's objects], "foreign":[keys], "waiters":N}
+Exit status: 0 a permit is held, 3 none is, 4 none is and a permit key
+holds something that is not a lock value, or the count is not a number,
+69 Redis unreachable, 64 bad usage.
+
+Flags:
+%s
+Example:
+  setnxlock semaphore status --json gpu
+`
+
+const semaphoreResizeHelp = `Usage:
+  setnxlock semaphore resize NAME N
+
+Records N as the semaphore NAME's count of permits, whatever was recorded,
+and prints the old count and the new. It is an operator's act: every run
+--permits of NAME that gives another count is then refused (exit 78) until
+it gives N. Shrinking never revokes a live permit: holders of permits past
+N keep them until they are released or their leases end (it says how many),
+and no run takes those permits again; until then more than N may run. A
+run that read the old count just before may still start on it. A count
+that is not a number is left alone (exit 4).
+Exit status: 0 recorded, 4 the count holds something that is not a number,
+69 Redis unreachable, 64 bad usage (N must be at least 1).
+
+Flags:
+%s
+Example:
+  setnxlock semaphore resize gpu 8
 `

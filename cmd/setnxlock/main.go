@@ -1,12 +1,17 @@
 // Command setnxlock runs a command under a Redis lock, for scripts and cron
 // across machines: a drop-in for flock(1) that kills its command when the
 // lease is lost. It also reads (status) and breaks (release --force) a
-// lock key. It is built on the setnxlock library's public API alone.
+// lock key, and reads (semaphore status) and resizes (semaphore resize) a
+// semaphore whose permits run --permits N takes. It is built on the
+// setnxlock library's public API alone.
 //
 //	setnxlock run [flags] KEY [--] COMMAND [ARG...]
 //	setnxlock run [flags] KEY -c 'shell command'
+//	setnxlock run --permits N [flags] NAME [--] COMMAND [ARG...]
 //	setnxlock status [--json] KEY
 //	setnxlock release --force KEY
+//	setnxlock semaphore status [--json] NAME
+//	setnxlock semaphore resize NAME N
 //	setnxlock version
 //
 // See setnxlock --help, and the README's "Command line" section.
@@ -42,6 +47,8 @@ func cli(args []string, stdout, stderr io.Writer) int {
 		code, err = statusCommand(args[1:], stdout, stderr)
 	case "release":
 		code, err = releaseCommand(args[1:], stdout, stderr)
+	case "semaphore":
+		code, err = semaphoreCommand(args[1:], stdout, stderr)
 	case "version", "--version", "-V":
 		fmt.Fprintln(stdout, "setnxlock", buildVersion())
 	case "help", "-h", "--help":

@@ -13,8 +13,8 @@ import (
 	"github.com/setnxlock/setnxlock"
 )
 
-// runCommand is setnxlock run: take the lock, run the command under it,
-// give the lock up.
+// runCommand is setnxlock run: take the lock (or, with --permits, a
+// permit of the semaphore), run the command under it, give it up.
 func runCommand(args []string, stdout, stderr io.Writer) (int, error) {
 	opts, help, err := parseRun(args, stdout)
 	if err != nil || help {
@@ -44,24 +44,29 @@ func runCommand(args []string, stdout, stderr io.Writer) (int, error) {
 		return exitOK, usageIn("run", err)
 	}
 	defer locker.Close() // no subscription outlives the run
+	target, err := newAcquirer(opts, locker)
+	if err != nil {
+		return exitOK, err
+	}
 
-	lock, code := acquire(opts, locker, sigs, out)
+	lock, code := acquire(opts, target, sigs, out)
 	if lock == nil {
 		return code, nil
 	}
 	return supervise(opts, lock, sigs, out), nil
 }
 
-// acquire takes the lock: one attempt, which must reach Redis (exit 69
-// otherwise), then, unless -n, a wait that -w bounds and the forwarded
-// signals end. It returns the lock, or nil and the exit status.
-func acquire(opts runOptions, locker *setnxlock.Locker, sigs <-chan os.Signal, out *reporter) (*setnxlock.Lock, int) {
+// acquire takes the lock, or a permit: one attempt, which must reach
+// Redis (exit 69 otherwise), then, unless -n, a wait that -w bounds and
+// the forwarded signals end. It returns the lock, or nil and the exit
+// status.
+func acquire(opts runOptions, target acquirer, sigs <-chan os.Signal, out *reporter) (*setnxlock.Lock, int) {
 	start := time.Now()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	stopWatch := watchSignals(sigs, cancel)
 
-	lock, err := locker.TryAcquire(ctx, opts.key)
+	lock, err := target.TryAcquire(ctx)
 	if errors.Is(err, setnxlock.ErrNotAcquired) && !opts.nonblock {
 		out.say("waiting")
 		waitCtx := ctx
@@ -70,7 +75,7 @@ func acquire(opts runOptions, locker *setnxlock.Locker, sigs <-chan os.Signal, o
 			waitCtx, cancelWait = context.WithDeadline(ctx, start.Add(opts.wait))
 			defer cancelWait()
 		}
-		lock, err = locker.Acquire(waitCtx, opts.key)
+		lock, err = target.Acquire(waitCtx)
 		if err == nil {
 			err = ownLease(waitCtx, lock, opts.ttl)
 		}
@@ -85,14 +90,24 @@ func acquire(opts runOptions, locker *setnxlock.Locker, sigs <-chan os.Signal, o
 	switch {
 	case err == nil:
 		return lock, exitOK
-	case errors.Is(err, setnxlock.ErrNotAcquired):
-		out.say("not acquired (%v): exit %d", err, opts.conflict)
-		return nil, opts.conflict
-	case errors.Is(err, setnxlock.ErrNotLockValue):
+	case errors.Is(err, setnxlock.ErrPermitsMismatch):
+		out.warn("--permits %d disagrees with the count recorded in Redis; nothing written (every client must give the same count; 'setnxlock semaphore resize' changes it): %v", opts.permits, err)
+		return nil, exitPermitsMismatch
+	case allForeign(target, err):
 		out.warn("the key holds something that is not a lock value; left alone: %v", err)
 		return nil, exitForeignKey
+	case errors.Is(err, setnxlock.ErrNotAcquired):
+		if errors.Is(err, setnxlock.ErrNotLockValue) { // a semaphore, some of whose permit keys are foreign
+			out.warn("some permit keys hold something that is not a lock value; left alone: %v", err)
+		}
+		out.say("not acquired (%v): exit %d", err, opts.conflict)
+		return nil, opts.conflict
 	}
-	out.warn("cannot take the lock at %s: %v", redactURL(opts.url), err)
+	what := "the lock"
+	if opts.permits > 0 {
+		what = "a permit"
+	}
+	out.warn("cannot take %s at %s: %v", what, redactURL(opts.url), err)
 	return nil, exitUnavailable
 }
 

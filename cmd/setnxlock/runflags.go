@@ -11,8 +11,11 @@ import (
 
 // runOptions is a parsed and checked setnxlock run.
 type runOptions struct {
-	url        string
-	key        string
+	url string
+	key string // the lock key, or with permits the semaphore's name
+	// permits is --permits: the command runs under one permit of the
+	// semaphore KEY of this many permits; 0 (not given) for the lock KEY.
+	permits    int
 	argv       []string // the command; /bin/sh -c ... for -c
 	nonblock   bool
 	wait       time.Duration // 0 with waitSet: as -n
@@ -42,7 +45,7 @@ var formats = map[string]setnxlock.Format{
 // refused with the reason: each is a hidden flag, so that the message is
 // this and not "unknown flag".
 var notCarriedOver = []struct{ name, short, why string }{
-	{"shared", "s", "shared locks are not supported yet (a future --permits will allow N holders)"},
+	{"shared", "s", "there are no shared locks: --permits N lets up to N runs hold a semaphore at once"},
 	{"unlock", "u", "there is no descriptor to unlock: the lock is released when the command exits (setnxlock release --force KEY breaks it)"},
 	{"close", "o", "no descriptor is passed to the command: its process group holds the lock until it is empty (--kill-descendants ends that at the command's exit)"},
 	{"no-fork", "F", "run must stay in the parent to renew the lease"},
@@ -67,6 +70,7 @@ func parseRun(args []string, stdout io.Writer) (opts runOptions, help bool, err 
 	fs.Var(&wait, "timeout", "the same as --wait, flock(1)'s name for it")
 	_ = fs.MarkHidden("timeout")
 	fs.IntVarP(&opts.conflict, "conflict-exit-code", "E", exitConflict, "the exit status when -n or -w gives up")
+	fs.IntVar(&opts.permits, "permits", 0, "run under one of N permits of the semaphore KEY: up to N runs at once (every run of KEY must give the same N)")
 	fs.DurationVar(&opts.ttl, "ttl", 30*time.Second, "the lease, renewed every TTL/3 while the command runs")
 	format := fs.String("format", "token", "the stored value: token, millis, seconds (kvz/cronlock, the SETNX page) or float")
 	fs.BoolVar(&opts.fencing, "fencing", false, "draw a fencing token, in SETNXLOCK_FENCING_TOKEN")
@@ -111,6 +115,9 @@ func parseRun(args []string, stdout io.Writer) (opts runOptions, help bool, err 
 	opts.wait, opts.waitSet = wait.d, wait.set
 	if err := opts.operands(positional, command, fs.Changed("command"), *shell); err != nil {
 		return opts, false, usageIn("run", err)
+	}
+	if fs.Changed("permits") && opts.permits < 1 {
+		return opts, false, usageIn("run", fmt.Errorf("--permits %d: want at least 1", opts.permits))
 	}
 	if err := opts.check(*format); err != nil {
 		return opts, false, usageIn("run", err)

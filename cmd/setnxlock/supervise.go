@@ -18,6 +18,7 @@ const (
 	envKey          = "SETNXLOCK_KEY"
 	envExpiresAt    = "SETNXLOCK_EXPIRES_AT"
 	envFencingToken = "SETNXLOCK_FENCING_TOKEN"
+	envSemaphore    = "SETNXLOCK_SEMAPHORE" // with --permits: the semaphore's name; SETNXLOCK_KEY is the permit's key
 )
 
 // supervise runs the command while the Locker's keeper renews the lease
@@ -35,7 +36,10 @@ func supervise(opts runOptions, lock *setnxlock.Lock, sigs <-chan os.Signal, out
 
 	cmd := exec.Command(opts.argv[0], opts.argv[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
-	cmd.Env = append(os.Environ(), envKey+"="+opts.key, envExpiresAt+"="+stamp(lock.ExpiresAt()))
+	cmd.Env = append(os.Environ(), envKey+"="+lock.Key(), envExpiresAt+"="+stamp(lock.ExpiresAt()))
+	if opts.permits > 0 {
+		cmd.Env = append(cmd.Env, envSemaphore+"="+opts.key)
+	}
 	if opts.fencing {
 		cmd.Env = append(cmd.Env, envFencingToken+"="+strconv.FormatInt(lock.FencingToken(), 10))
 	}
