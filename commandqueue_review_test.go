@@ -188,8 +188,10 @@ func TestAWinWhoseDequeueFailedIsNotHandedOnByAWakeUp(t *testing.T) {
 }
 
 // F2, with no fault at all: Acquire's context ends just as its SET NX wins
-// (a deadline). The dequeue's ZREM fails on the ended context, the entry is
-// "abandoned", and Acquire still returns the Lock.
+// (a deadline), and Acquire still returns the Lock. The dequeue's ZREM runs
+// on a context of its own (grantWin), so no stale entry is left for the
+// wake-up to reach (TestAWinAtTheEndOfItsContextTakesItsEntryOffTheQueue);
+// were it sent on the ended context, it would fail as the fault above does.
 func TestAWinAtTheEndOfItsContextIsNotHandedOnByAWakeUp(t *testing.T) {
 	winThenWakeStaleEntry(t, func(t *testing.T, c *redis.Client, w func() *stalledWait) func() {
 		h := &cancelAfterWin{waiter: w}
