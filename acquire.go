@@ -159,9 +159,18 @@ func (l *Locker) attempt(ctx context.Context, key, queuedWait string, acq *acqui
 // grantWin hands out a lock its attempt's own write just won, and takes
 // the queued wait it was won for off the queue when that write did not
 // (the command path after scripts were refused, or a refused ZREM).
+//
+// The removal runs whether or not the caller's context has ended, on its
+// own short deadline as a leave does (leaveOnce): the lock is handed out
+// either way, and every way out of the queue removes the entry
+// (protocol.go). An entry left behind would be read at the head of the
+// queue by the holder's own release and handed the key, a provisional
+// value for a wait that has ended, which nobody claims.
 func (l *Locker) grantWin(ctx context.Context, key string, ours stamp, fencingToken int64, stillQueued bool, acq *acquireCall) (*Lock, error) {
 	if ours.queuedWait != "" && stillQueued {
-		l.dequeue(ctx, l.client, key, ours.queuedWait)
+		dequeueCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), leaveTimeout)
+		l.dequeue(dequeueCtx, l.client, key, ours.queuedWait)
+		cancel()
 	}
 	return l.grantReplicated(ctx, key, ours, fencingToken, EventAcquired, acq)
 }

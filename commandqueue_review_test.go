@@ -188,8 +188,10 @@ func TestAWinWhoseDequeueFailedIsNotHandedOnByAWakeUp(t *testing.T) {
 }
 
 // F2, with no fault at all: Acquire's context ends just as its SET NX wins
-// (a deadline). The dequeue's ZREM fails on the ended context, the entry is
-// "abandoned", and Acquire still returns the Lock.
+// (a deadline), and Acquire still returns the Lock. The dequeue's ZREM runs
+// on a context of its own (grantWin), so no stale entry is left for the
+// wake-up to reach (TestAWinAtTheEndOfItsContextTakesItsEntryOffTheQueue);
+// were it sent on the ended context, it would fail as the fault above does.
 func TestAWinAtTheEndOfItsContextIsNotHandedOnByAWakeUp(t *testing.T) {
 	winThenWakeStaleEntry(t, func(t *testing.T, c *redis.Client, w func() *stalledWait) func() {
 		h := &cancelAfterWin{waiter: w}
@@ -382,4 +384,44 @@ func TestReleaseOfAKeyReplacedByAListIsNotHeldOnEveryPath(t *testing.T) {
 		assert.NoError(t, err)
 		assert.Equal(t, []string{"a"}, b.raw.LRange(ctx, "lock.k", 0, -1).Val())
 	})
+}
+
+// A queued attempt that wins by SET NX just as Acquire's context ends (here
+// a cancel, as a semaphore cancels the waits on its other permits once one
+// is won) still takes its entry off the queue: every way out of the queue
+// removes the entry, winning included (protocol.go). Were the entry left
+// there, the holder's own Release would read it at the head of the queue
+// and hand the key to it: a provisional value for a wait that has ended,
+// dropped by the Locker (route), which keeps the key from everyone for the
+// claim window while Release reports it handed on.
+func TestAWinAtTheEndOfItsContextTakesItsEntryOffTheQueue(t *testing.T) {
+	for _, p := range paths[1:] { // the command transport; the scripts take the entry off in queued.lua
+		t.Run(p.name, func(t *testing.T) {
+			onEachBackend(t, func(t *testing.T, b *backend) {
+				holder, err := b.locker(t, p.opt).TryAcquire(ctx, "lock.k")
+				require.NoError(t, err)
+
+				client := b.client(t)
+				var waiter *stalledWait
+				cancelled := &cancelAfterWin{waiter: func() *stalledWait { return waiter }}
+				client.AddHook(cancelled)
+				waiter = stalledWaiterOn(t, b, client, "lock.k", p.opt)
+				b.queued(t, "lock.k", 1)
+				cancelled.armed.Store(true)
+
+				// The default threshold: the release frees the key and
+				// wakes the waiter, whose SET NX wins it.
+				require.NoError(t, holder.Release(ctx))
+				lock := await.Recv(t, waiter.acquired, "the waiter's Acquire, won as its context ended")
+				require.False(t, cancelled.armed.Load(), "the waiter won by SET NX (or SETNX)")
+				assert.Empty(t, b.queuedNow("lock.k"), "the winner's entry is off the queue")
+
+				// Past the threshold, a release hands the key to the first
+				// in line: the entry, had it stayed.
+				b.clock.Advance(10 * DefaultStarvationThreshold)
+				require.NoError(t, lock.Release(ctx))
+				assert.Equal(t, "<missing>", b.value(t, "lock.k"), "the release frees the key, not hands it to the holder's own old entry")
+			})
+		})
+	}
 }
