@@ -80,6 +80,7 @@ type handoffs struct {
 	idle      *time.Timer                 // stops sub handoffLinger after the last wait left
 	expected  map[string]chan handoffNote // the signal of each queued wait, by its token (expect)
 	abandoned map[string]abandonedEntry
+	nextSweep time.Time // when abandon next forgets the expired abandoned entries
 }
 
 // subscription is one SUBSCRIBE of a Locker's channel, from the moment it

@@ -380,3 +380,37 @@ func onlyQueuedAttempts(sent *recorder) bool {
 	}
 	return reads > 0
 }
+
+// A handoff written after its waiter has left the queue, by a release
+// that read the queue before the leave (its WATCH should have aborted it;
+// miniredis v2.40's WATCH misses a ZREM that leaves other members, and a
+// late copy of a release's write arrives whenever it does), is declined:
+// the waiter's Locker hands the key on at once, instead of leaving the
+// provisional value to block the key for the claim window. With a
+// ManualClock that does not move, that window would never end.
+func TestAHandoffWrittenAfterItsWaiterLeftIsHandedOn(t *testing.T) {
+	onEachQueueingPath(t, func(t *testing.T, b *backend, path Option) {
+		holder, err := b.locker(t, path).TryAcquire(ctx, "lock.k")
+		require.NoError(t, err)
+		l := b.locker(t, path)
+		quitCtx, quit := context.WithCancel(ctx)
+		gaveUp := make(chan error, 1)
+		go func() { _, err := l.Acquire(quitCtx, "lock.k"); gaveUp <- err }()
+		entry := b.queued(t, "lock.k", 1)[0]
+		quit()
+		require.ErrorIs(t, await.Recv(t, gaveUp, "the Acquire whose context ended"), ErrNotAcquired)
+		require.Empty(t, b.queuedNow("lock.k"), "the wait left the queue")
+
+		// The stale release: the holder's key handed to the entry that left,
+		// written, then announced, as a release's hand-on does.
+		lockerID, token, ok := parseEntry(entry)
+		require.True(t, ok)
+		now := b.clock.Now()
+		require.NoError(t, b.raw.Set(ctx, "lock.k", provisionalValue(now, token), 0).Err())
+		require.NoError(t, b.raw.Publish(ctx, handoffChannel(lockerID), formatPayload(token, provisionalEnd(now), "lock.k")).Err())
+		holder.Orphan() // its key is gone: it must not renew or release anything
+
+		require.Eventually(t, func() bool { return b.value(t, "lock.k") == "<missing>" }, 5*time.Second, time.Millisecond,
+			"the handoff to the wait that left was not handed on: %q", b.value(t, "lock.k"))
+	})
+}

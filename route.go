@@ -43,8 +43,8 @@ func notify(signal chan handoffNote, note handoffNote) {
 	}
 }
 
-// abandonedEntry is a queue entry whose wait ended but whose removal from
-// the queue failed: a handoff to it is declined, until it expires.
+// abandonedEntry is a queue entry whose wait has left, or failed to leave,
+// the queue: a handoff to it is declined, until it expires (abandon).
 type abandonedEntry struct {
 	entry *queueEntry
 	until time.Time
@@ -96,17 +96,25 @@ func (h *handoffs) forget(token string) {
 }
 
 // abandon remembers, until it expires, an entry whose wait has ended at
-// now but which may still be in the queue, and forgets those expired.
+// now, so that a handoff to it is declined (route), and forgets its
+// signal. Expired entries are swept at most once every leaveTimeout, so
+// that many waits ending at once cost no more than their own entries.
 func (h *handoffs) abandon(entry *queueEntry, now, until time.Time) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	delete(h.expected, entry.token)
 	if h.abandoned == nil {
 		h.abandoned = make(map[string]abandonedEntry)
 	}
-	for token, a := range h.abandoned {
-		if !a.until.After(now) {
-			delete(h.abandoned, token)
+	if !now.Before(h.nextSweep) {
+		for token, a := range h.abandoned {
+			if !a.until.After(now) {
+				delete(h.abandoned, token)
+			}
 		}
+		h.nextSweep = now.Add(leaveTimeout)
 	}
-	h.abandoned[entry.token] = abandonedEntry{entry: entry, until: until}
+	if a, ok := h.abandoned[entry.token]; !ok || a.until.Before(until) {
+		h.abandoned[entry.token] = abandonedEntry{entry: entry, until: until}
+	}
 }

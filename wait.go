@@ -104,10 +104,17 @@ func (w *waiting) leaveQueue(ctx context.Context) {
 	if w.mode != queued {
 		return
 	}
-	// Forget first: a handoff that arrives after that is dropped, and the
-	// leave then finds the key carrying the entry's token and hands it on;
-	// one that arrives after a leave that failed is declined (abandon).
-	w.l.handoff.forget(w.entry.token)
+	// Decline first (abandon): a handoff to the entry that arrives from
+	// now on is handed on (route), and one written before the leave is
+	// handed on by the leave itself, which finds the key carrying the
+	// entry's token. The entry stays declined for leaveTimeout after the
+	// leave, for a handoff written after it by a release that read the
+	// queue before it: its WATCH on the queue should abort it, but a
+	// server whose WATCH misses a ZREM that leaves other members (miniredis
+	// v2.40) lets it through. A leave that fails keeps it declined for as
+	// long as the queue lives (leaveOnce).
+	now := w.l.cfg.clock.Now()
+	w.l.handoff.abandon(w.entry, now, now.Add(leaveTimeout))
 	w.l.leaveOnce(ctx, w.entry)
 	w.entry, w.handed, w.heard = nil, nil, handoffNote{}
 }
