@@ -71,6 +71,15 @@ func TestEveryModeRunsWithoutASafetyViolation(t *testing.T) {
 					assert.Positive(t, res.Faults.Kinds[kind], kind)
 				}
 			}
+			if mode == ModeSemaphore {
+				keys := map[string]bool{}
+				for _, a := range res.History.Acquisitions {
+					keys[a.Key] = true
+				}
+				assert.Len(t, keys, SemaphorePermits, "acquisitions of every permit and of nothing else: %v", keys)
+				assert.NotEmpty(t, permitsExceeded(SemaphoreName, SemaphorePermits-1, res.History.Acquisitions),
+					"every permit held at once: the count check judged a full semaphore")
+			}
 			if mode == ModePartition {
 				assert.Positive(t, res.Faults.Kinds[FaultPartition], "holders cut off")
 				assert.NotEmpty(t, res.Report.LossGaps, "losses signalled to holders at work")
@@ -91,8 +100,9 @@ func TestBrokenAssumptionsAreCaughtByEveryChecker(t *testing.T) {
 		{ModeDefault, BreakRestartNoPersistence, "", 400, both},
 		{ModeDefault, BreakOwnerCheck, OwnerCheckOffTag, 200, both}, // the release script hands over any key: the handoff's owner check off
 		{ModeNoScripts, BreakOwnerCheck, OwnerCheckOffTag, 200, both},
-		{ModeFencing, BreakRestartNoPersistence, "", 400, []string{"fence"}}, // tokens start over
-		{ModeHeard, BreakOwnerCheck, OwnerCheckOffTag, 200, both},            // under the heard mode's faults
+		{ModeFencing, BreakRestartNoPersistence, "", 400, []string{"fence"}},                               // tokens start over
+		{ModeHeard, BreakOwnerCheck, OwnerCheckOffTag, 200, both},                                          // under the heard mode's faults
+		{ModeSemaphore, BreakOwnerCheck, OwnerCheckOffTag, 200, []string{"lease", "porcupine", "permits"}}, // a fourth holder of three permits
 	} {
 		t.Run(tc.mode+"/"+tc.assumption, func(t *testing.T) {
 			// The owner-check runs' clients are built with -tags
