@@ -157,6 +157,10 @@ func (c *Config) modeDefaults(mode string) {
 		c.KillRate, c.CrashRate, c.ReleaseKillRate = c.KillRate/2, c.CrashRate/2, c.ReleaseKillRate/2
 	case ModeSemaphore:
 		c.Keys = SemaphorePermits // a key per permit: lockKeys
+		// A semaphore's Acquire waits on every permit, so the release of
+		// each announces it: the same share of waits cancelled per call
+		// as in the other modes.
+		c.HandoffCancelRate /= SemaphorePermits
 	case ModeCluster:
 		c.RevokeACL = false // ACL users are per node; the single-server modes cover revocation
 	case ModeAutoRefresh, ModeElection:

@@ -82,6 +82,17 @@ func (l *loop) once(ctx context.Context) error {
 	}
 	lock, trace, err := l.acquire(ctx, key, cancelAt, try)
 	doubt := trace.doubt.Load()
+	if l.sem != nil {
+		// Its writes went to every permit key: on record, the keys those
+		// in doubt named (semaphoreCalls), and the acquisition in doubt
+		// only when one named the permit it won.
+		if _, err := l.res.call("doubts", seq, trace.doubtList()); err != nil {
+			return err
+		}
+		if permit, ok := lock.(heldLock); ok && err == nil {
+			doubt = trace.doubtOn(permit.Key())
+		}
+	}
 	if err != nil {
 		// On record even when the client is ending (a sibling loop told to
 		// crash): a write in doubt may still hold the key.

@@ -68,9 +68,9 @@ func isPermit(name, key string) bool { return strings.HasPrefix(key, permitPrefi
 // the semaphore that won nothing as a call of each of its permit keys,
 // and each acquisition of a permit as a call, from its Acquire's call to
 // its grant, of each other permit key: the call waited on them too, and
-// it ended there without a lock on them. Such a call is in doubt when
-// the acquisition was: a write of its that failed without a reply may
-// have been to any permit. The permit keys are those of the count
+// it ended there without a lock on them. Each is in doubt on a key when a
+// write of its that failed without a reply named that key (DoubtOn; when
+// it does not say, whenever it was in doubt at all). The permit keys are those of the count
 // (b.Permits) and any other an acquisition names.
 func semaphoreCalls(h History, b Bounds) map[string][]Call {
 	calls := map[string][]Call{}
@@ -97,7 +97,7 @@ func semaphoreCalls(h History, b Bounds) map[string][]Call {
 		}
 		for _, key := range permits {
 			each := c
-			each.Key = key
+			each.Key, each.InDoubt = key, doubtsOn(c.InDoubt, c.DoubtOn, key)
 			calls[key] = append(calls[key], each)
 		}
 	}
@@ -107,7 +107,8 @@ func semaphoreCalls(h History, b Bounds) map[string][]Call {
 		}
 		for _, key := range permits {
 			if key != a.Key {
-				calls[key] = append(calls[key], Call{Client: a.Client, Seq: a.Seq, Key: key, Start: called(a), End: a.Granted, InDoubt: a.InDoubt})
+				calls[key] = append(calls[key], Call{Client: a.Client, Seq: a.Seq, Key: key, Start: called(a), End: a.Granted,
+					InDoubt: doubtsOn(a.InDoubt, a.DoubtOn, key)})
 			}
 		}
 	}

@@ -100,3 +100,37 @@ func TestACallOfTheSemaphoreIsACallOfEveryPermit(t *testing.T) {
 
 	assert.Len(t, semaphoreCalls(h, bounds)[semaphoreCallKey("s")], 1, "outside a semaphore run a call stays on its key")
 }
+
+func TestACallIsInDoubtOnlyOnThePermitsItsWritesInDoubtNamed(t *testing.T) {
+	p0, p1, p2 := setnxlock.PermitKey("s", 0), setnxlock.PermitKey("s", 1), setnxlock.PermitKey("s", 2)
+	won := permit("a", 1, 10, 40, 240, 50)
+	won.DoubtOn = []string{p0} // a write to permit 0 lost its reply; it won permit 1
+	gaveUp := Call{Client: "b", Seq: 1, Key: semaphoreCallKey("s"), Start: ms(20), End: ms(60), InDoubt: true, DoubtOn: []string{p2}}
+	anyKey := Call{Client: "c", Seq: 1, Key: semaphoreCallKey("s"), Start: ms(20), End: ms(60), InDoubt: true, DoubtOn: []string{doubtAny}}
+	clean := Call{Client: "d", Seq: 1, Key: semaphoreCallKey("s"), Start: ms(20), End: ms(60), DoubtOn: []string{}}
+	h := History{Acquisitions: []Acquisition{won}, Calls: []Call{gaveUp, anyKey, clean}, End: ms(1000)}
+	three := Bounds{Semaphore: "s", Permits: 3}
+	inDoubt := map[string][]string{}
+	for key, calls := range semaphoreCalls(h, three) {
+		for _, c := range calls {
+			if c.InDoubt {
+				inDoubt[key] = append(inDoubt[key], c.Client)
+			}
+		}
+	}
+	assert.Equal(t, map[string][]string{p0: {"c", "a"}, p1: {"c"}, p2: {"b", "c"}}, inDoubt)
+}
+
+func TestADoubtListRoundTrips(t *testing.T) {
+	var trace callTrace
+	assert.Equal(t, []string{}, parseDoubtList(trace.doubtList()), "none")
+	trace.doubted([]string{"b", "a"})
+	trace.doubted([]string{"a"})
+	assert.True(t, trace.doubt.Load())
+	assert.Equal(t, []string{"a", "b"}, parseDoubtList(trace.doubtList()))
+	assert.True(t, trace.doubtOn("a"))
+	assert.False(t, trace.doubtOn("c"))
+	trace.doubted(nil) // a write in doubt that named no lock key
+	assert.Equal(t, []string{doubtAny}, parseDoubtList(trace.doubtList()))
+	assert.True(t, trace.doubtOn("c"))
+}
