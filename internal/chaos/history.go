@@ -145,8 +145,8 @@ type Call struct {
 	// DoubtOn, in a semaphore run, lists the keys its writes in doubt
 	// named, as Acquisition.DoubtOn does; nil: any, if InDoubt.
 	DoubtOn []string
-	Killed  bool     // its process was killed while it waited
-	Err     string   // its error, if it returned one
+	Killed  bool   // its process was killed while it waited
+	Err     string // its error, if it returned one
 }
 
 // AcqID identifies an acquisition.
