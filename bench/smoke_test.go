@@ -154,6 +154,7 @@ func TestFloorRate(t *testing.T) {
 		{caseSpec{workers: 1}, 5000},
 		{caseSpec{workers: 8}, 10000},
 		{caseSpec{workers: 8, hold: 900 * time.Microsecond}, 1000},
+		{caseSpec{workers: 16, hold: 900 * time.Microsecond, permits: 4}, 4000},
 		{caseSpec{workers: 2, crash: true}, 0},
 	} {
 		if got := floorRate(tc.c, rtt); math.Abs(got-tc.want) > 1e-6 {
