@@ -128,7 +128,7 @@ func TestWorkerConfigRoundTrips(t *testing.T) {
 		Name: "p1.2", Redis: []string{"127.0.0.1:1"}, Resource: "/tmp/r.sock", Keys: []string{"a", "b"}, Seed: 9,
 		Offset: -3 * time.Millisecond, TTL: time.Second, Margin: 5 * time.Millisecond, Loops: 2,
 		MinBackoff: time.Millisecond, MaxBackoff: 9 * time.Millisecond, ReadTimeout: 50 * time.Millisecond,
-		MaxRetries: -1, LongHoldRate: 0.25, Locker: LockerConfig{Format: 2, NoScripts: true, User: UserPoller, UntilLost: true, ContextTimeout: true},
+		MaxRetries: -1, LongHoldRate: 0.25, Locker: LockerConfig{Format: 2, NoScripts: true, User: UserPoller, UntilLost: true, ContextTimeout: true, Semaphore: "s"},
 		CancelRate: 0.1, HandoffCancelRate: 0.2, CloseEvery: time.Second,
 		Claims: ClaimFaults{DelayRate: 0.1, DropRate: 0.05, LoseRate: 0.05, MaxDelay: time.Second, HoldRate: 0.1, MaxHold: time.Second},
 	}
