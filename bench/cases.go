@@ -20,6 +20,7 @@ type caseSpec struct {
 	hold    time.Duration
 	shared  bool // the workers share one Redis client and one locker, as a service's goroutines do
 	crash   bool
+	permits int // a semaphore case: the workers take permits of one semaphore of this many, not one lock
 }
 
 // cases lists the benchmark's cases in report order.
@@ -31,6 +32,7 @@ func cases() []caseSpec {
 		{id: caseShared, title: "8 workers sharing one Locker, 1 ms hold", workers: 8, hold: time.Millisecond, shared: true},
 		{id: caseW32Hold0, title: "32 workers, 0 ms hold", workers: 32},
 		{id: caseW32Hold1ms, title: "32 workers, 1 ms hold", workers: 32, hold: time.Millisecond},
+		{id: caseSemaphore, title: "semaphore of 4 permits, 16 workers, 1 ms hold", workers: 16, hold: time.Millisecond, permits: 4},
 		{id: caseCrash, title: "crash recovery", workers: 2, crash: true},
 	}
 }
@@ -44,11 +46,16 @@ const (
 	caseW32Hold0    = "w32-hold0"
 	caseW32Hold1ms  = "w32-hold1ms"
 	caseCrash       = "crash"
+	caseSemaphore   = "sem4-w16-hold1ms"
 )
 
 // runs reports whether lib takes part in c.
 func (c caseSpec) runs(lib *library) bool {
 	switch {
+	case c.permits > 0:
+		return lib.newSemaphore != nil
+	case lib.newLocker == nil:
+		return false
 	case c.crash:
 		return lib.crash
 	case c.workers == 1:
@@ -56,6 +63,16 @@ func (c caseSpec) runs(lib *library) bool {
 	default:
 		return lib.contended
 	}
+}
+
+// ceiling is the name of the case's in-process ceiling: the same loop
+// with no Redis, around sync.Mutex, or in a semaphore case x/sync's
+// semaphore.Weighted.
+func (c caseSpec) ceiling() string {
+	if c.permits > 0 {
+		return nameWeighted
+	}
+	return nameMutex
 }
 
 // runResult is what one run of one library in one case measured.
@@ -87,9 +104,10 @@ type harness struct {
 
 // newWorkers makes n of lib's workers with the given lease: each over its
 // own client and locker, or all over one when shared (always, for a
-// library without Redis). closeAll stops the lockers and closes the
-// clients.
-func (h *harness) newWorkers(lib *library, n int, shared bool, ttl time.Duration) (workers []worker, closeAll func(), err error) {
+// library without Redis); with permits, workers that take permits of a
+// semaphore of that many (library.newSemaphore). closeAll stops the
+// lockers and closes the clients.
+func (h *harness) newWorkers(lib *library, n int, shared bool, ttl time.Duration, permits int) (workers []worker, closeAll func(), err error) {
 	var closers []func() error
 	closeAll = func() {
 		for i := len(closers) - 1; i >= 0; i-- {
@@ -106,7 +124,12 @@ func (h *harness) newWorkers(lib *library, n int, shared bool, ttl time.Duration
 				client = newClient(h.addr)
 				closers = append(closers, client.Close)
 			}
-			if l, err = lib.newLocker(client, ttl); err != nil {
+			if permits > 0 {
+				l, err = lib.newSemaphore(client, ttl, permits)
+			} else {
+				l, err = lib.newLocker(client, ttl)
+			}
+			if err != nil {
 				closeAll()
 				return nil, nil, fmt.Errorf("%s: new locker: %w", lib.name, err)
 			}

@@ -77,9 +77,9 @@ func panel(rs *results, c caseSpec) (*plot.Plot, error) {
 	bars, mutex, mutexColor, tallest := panelBars(rs, c)
 	if mutex != nil {
 		if mutex.rate() <= offScale*tallest {
-			bars = append(bars, bar{label: "sync.Mutex", value: mutex.rate(), text: shortCount(mutex.rate()), color: mutexColor})
+			bars = append(bars, bar{label: rs.libs[mutexColor].shortLabel, value: mutex.rate(), text: shortCount(mutex.rate()), color: mutexColor})
 		} else {
-			p.Title.Text += fmt.Sprintf("\n(sync.Mutex: %s cycles/s, off scale)", shortCount(mutex.rate()))
+			p.Title.Text += fmt.Sprintf("\n(%s: %s cycles/s, off scale)", c.ceiling(), shortCount(mutex.rate()))
 		}
 	}
 	if len(bars) == 0 {

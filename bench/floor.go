@@ -60,7 +60,8 @@ func (p *rttProbe) close() error { return p.client.Close() }
 // least two round trips, the acquire's and the release's, plus the hold;
 // under contention, cycles overlap, and what cannot overlap is the hold and
 // one round trip per handoff: half of one for the winner's reply to reach
-// it, half of one for its release to reach the server.
+// it, half of one for its release to reach the server. A semaphore's
+// permits turn over side by side: its floor is that many locks'.
 func floorRate(c caseSpec, rtt time.Duration) float64 {
 	if c.crash || rtt <= 0 {
 		return 0
@@ -69,5 +70,5 @@ func floorRate(c caseSpec, rtt time.Duration) float64 {
 	if c.workers == 1 {
 		trips = 2
 	}
-	return 1 / (c.hold + trips*rtt).Seconds()
+	return float64(max(c.permits, 1)) / (c.hold + trips*rtt).Seconds()
 }

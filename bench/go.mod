@@ -9,6 +9,7 @@ require (
 	github.com/go-redsync/redsync/v4 v4.18.1
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/setnxlock/setnxlock v0.0.0-00010101000000-000000000000
+	golang.org/x/sync v0.24.0
 	gonum.org/v1/gonum v0.16.0
 	gonum.org/v1/plot v0.17.0
 )

@@ -19,6 +19,7 @@ const (
 	nameBsm       = "bsm/redislock"
 	nameRedsync   = "redsync"
 	nameMutex     = "sync.Mutex"
+	nameWeighted  = "x/sync semaphore.Weighted"
 )
 
 // report turns results into the stdout tables, BENCHMARKS.md and the chart.

@@ -12,7 +12,7 @@ import (
 // throughputTable is every contended and uncontended result.
 func (r *report) throughputTable() table {
 	t := table{
-		header: []string{"case", "library", "cycles/s", "× raw", "× sync.Mutex", "floor", "× floor", "wait p50", "wait p99",
+		header: []string{"case", "library", "cycles/s", "× raw", "× ceiling", "floor", "× floor", "wait p50", "wait p99",
 			"handoff p50", "handoff p99", "handoff p50 (RTTs)", "same worker", "cmds/acq", "trips/acq", "srv µs/acq",
 			"cmd µs/acq", "allocs/cycle"},
 	}
@@ -25,7 +25,7 @@ func (r *report) throughputTable() table {
 		if c.crash {
 			continue
 		}
-		raw, mutex := r.rs.get(c.id, nameRaw), r.rs.get(c.id, nameMutex)
+		raw, mutex := r.rs.get(c.id, nameRaw), r.rs.get(c.id, c.ceiling())
 		floor := floorRate(c, rtt)
 		for _, lib := range r.rs.libs {
 			res := r.rs.get(c.id, lib.name)

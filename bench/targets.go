@@ -173,6 +173,10 @@ func (r *report) targets() []verdict {
 			r.compare(id, nameNoScripts, waitP99, nameMutex, atMost(2)),
 			r.compare(id, nameNoScripts, commandsPerAcq, nameBsm, atMost(0.5)))
 	}
+	// issue 26: a semaphore's permits against the in-process semaphore
+	out = append(out,
+		r.compare(caseSemaphore, nameSetnx, cyclesPerSecond, nameWeighted, atLeast(0.85)),
+		r.compare(caseSemaphore, nameSetnx, waitP99, nameWeighted, atMost(2)))
 	out = append(out, r.compare(caseCrash, nameSetnx, recoveryP50, nameBsm, atMost(1)))
 	return append(out, r.ahead()...)
 }
@@ -188,6 +192,9 @@ func (r *report) ahead() []verdict {
 	var statuses, behind []string
 	var verdicts []verdict
 	for _, c := range cases() {
+		if c.permits > 0 {
+			continue // neither peer has a semaphore
+		}
 		v := r.aheadIn(c, &behind)
 		v.target = target + ": " + c.title
 		verdicts = append(verdicts, v)

@@ -84,6 +84,9 @@ func winningRows(fix func(map[string]map[string]row)) map[string]map[string]row 
 	crashPeer.rate, crashOwn.rate = 10, 10
 	crashPeer.handoff, crashOwn.handoff = 1300*time.Microsecond, 1200*time.Microsecond
 	rows[caseCrash] = map[string]row{nameBsm: crashPeer, nameRedsync: crashPeer, nameSetnx: crashOwn}
+	semOwn := own
+	semOwn.rate, semOwn.wait = 860, 20*time.Millisecond // 0.86× the ceiling's rate, 2× its wait
+	rows[caseSemaphore] = map[string]row{nameWeighted: mutex, nameSetnx: semOwn, nameNoScripts: noScripts}
 	if fix != nil {
 		fix(rows)
 	}
@@ -123,7 +126,7 @@ func TestTargetsNameRealCases(t *testing.T) {
 	}
 	// the targets per case, plus one "ahead" verdict each
 	want := map[string]int{caseUncontended: 5 + 1, caseW8Hold1ms: 3 + 3 + 1, caseShared: 3 + 1,
-		caseW8Hold0: 2 + 1, caseW32Hold0: 2 + 1, caseW32Hold1ms: 3 + 1, caseCrash: 1 + 1, "": 1}
+		caseW8Hold0: 2 + 1, caseW32Hold0: 2 + 1, caseW32Hold1ms: 3 + 1, caseCrash: 1 + 1, caseSemaphore: 2, "": 1} // no peer has a semaphore: no "ahead"
 	for id, n := range want {
 		if perCase[id] != n {
 			t.Errorf("case %q: %d targets, want %d", id, perCase[id], n)
@@ -158,6 +161,7 @@ func TestTargetsNotMet(t *testing.T) {
 		set(caseW8Hold0, nameSetnx, func(x *row) { x.rate, x.wait = 990, 2600*time.Microsecond })
 		set(caseW32Hold1ms, nameNoScripts, func(x *row) { x.rate, x.wait, x.cmds = 840, 21*time.Millisecond, 2.6 })
 		set(caseCrash, nameSetnx, func(x *row) { x.handoff = 1400 * time.Microsecond })
+		set(caseSemaphore, nameSetnx, func(x *row) { x.rate, x.wait = 840, 21*time.Millisecond })
 	}))
 	got := byTarget(t, rep.targets())
 	wantNotMet := []string{
@@ -175,6 +179,8 @@ func TestTargetsNotMet(t *testing.T) {
 		"32 workers, 1 ms hold: setnxlock WithoutScripts, wait p99 vs sync.Mutex's",
 		"32 workers, 1 ms hold: setnxlock WithoutScripts, commands/acquisition vs bsm's",
 		"crash recovery: setnxlock, recovery p50 vs bsm's",
+		"semaphore of 4 permits, 16 workers, 1 ms hold: setnxlock, cycles/s vs x/sync semaphore.Weighted's",
+		"semaphore of 4 permits, 16 workers, 1 ms hold: setnxlock, wait p99 vs x/sync semaphore.Weighted's",
 		"setnxlock ahead of bsm/redislock and redsync: 8 workers, 0 ms hold",
 		"setnxlock ahead of bsm/redislock and redsync: 8 workers sharing one Locker, 1 ms hold",
 		"setnxlock ahead of bsm/redislock and redsync: crash recovery",
@@ -201,9 +207,10 @@ func TestTargetsNotMet(t *testing.T) {
 // row without command counts, CPU reading or samples.
 func TestTargetsMissingAreNotMeasured(t *testing.T) {
 	rep := synthReport(5, winningRows(func(rows map[string]map[string]row) {
-		delete(rows, caseW32Hold0)             // the case did not run
-		delete(rows[caseW8Hold1ms], nameMutex) // the ceiling did not run
-		delete(rows[caseShared], nameRedsync)  // one peer did not run
+		delete(rows, caseW32Hold0)                // the case did not run
+		delete(rows[caseW8Hold1ms], nameMutex)    // the ceiling did not run
+		delete(rows[caseShared], nameRedsync)     // one peer did not run
+		delete(rows[caseSemaphore], nameWeighted) // the semaphore's ceiling did not run
 		x := rows[caseUncontended][nameSetnx]
 		x.cmds, x.srvMicro = 0, 0 // no commandstats, no CPU reading
 		rows[caseUncontended][nameSetnx] = x
@@ -229,6 +236,8 @@ func TestTargetsMissingAreNotMeasured(t *testing.T) {
 		"setnxlock ahead of bsm/redislock and redsync: 8 workers sharing one Locker, 1 ms hold",
 		"32 workers, 1 ms hold: setnxlock WithoutScripts, wait p99 vs sync.Mutex's",
 		"crash recovery: setnxlock, recovery p50 vs bsm's",
+		"semaphore of 4 permits, 16 workers, 1 ms hold: setnxlock, cycles/s vs x/sync semaphore.Weighted's",
+		"semaphore of 4 permits, 16 workers, 1 ms hold: setnxlock, wait p99 vs x/sync semaphore.Weighted's",
 		"setnxlock ahead of bsm/redislock and redsync: 8 workers, 0 ms hold",
 		"setnxlock ahead of bsm/redislock and redsync: 32 workers, 0 ms hold",
 		"setnxlock ahead of bsm/redislock and redsync: crash recovery",

@@ -9,8 +9,8 @@ import (
 )
 
 // The throughput cases: workers in loops of acquire, hold, release on one
-// key, each cycle recorded in lock order, and the waits and handoffs read
-// from those records.
+// key (in a semaphore case, one semaphore's permits), each cycle recorded
+// in lock order, and the waits and handoffs read from those records.
 
 // record is one lock cycle, in nanoseconds since the run began: when the
 // acquire call started and returned, and when the release call returned.
@@ -25,7 +25,7 @@ const errorBudget = 1000
 // runThroughput runs lib's workers in loops of acquire, hold, release on
 // one key for the configured duration.
 func (h *harness) runThroughput(lib *library, c caseSpec, round int) (runResult, error) {
-	workers, closeAll, err := h.newWorkers(lib, c.workers, c.shared, h.cfg.ttl)
+	workers, closeAll, err := h.newWorkers(lib, c.workers, c.shared, h.cfg.ttl, c.permits)
 	if err != nil {
 		return runResult{}, err
 	}
@@ -50,6 +50,7 @@ func (h *harness) runThroughput(lib *library, c caseSpec, round int) (runResult,
 	defer cancel()
 	releaseCtx := context.Background() // never cancelled: every lock taken is given back
 	buf := h.buf
+	holdersAllowed := int64(max(c.permits, 1)) // a semaphore's permits, or the lock's one holder
 	var base time.Time
 	for id, w := range workers {
 		wg.Add(1)
@@ -69,10 +70,10 @@ func (h *harness) runThroughput(lib *library, c caseSpec, round int) (runResult,
 					continue
 				}
 				acq := time.Since(base)
-				if holders.Add(1) > 1 {
+				if holders.Add(1) > holdersAllowed {
 					violations.Add(1)
 				}
-				n := count.Add(1) // inside the critical section: n is the lock order
+				n := count.Add(1) // inside the critical section: n is the lock order (of a lock; a semaphore's entries)
 				if c.hold > 0 {
 					time.Sleep(c.hold)
 				}
@@ -108,6 +109,11 @@ func (h *harness) runThroughput(lib *library, c caseSpec, round int) (runResult,
 		res.firstErr = err
 	}
 	res.waits, res.handoffs, res.selfPairs, res.pairs = cycleStats(buf[:min(res.cycles, int64(len(buf)))])
+	if c.permits > 0 {
+		// Holders of different permits overlap: one entry after another's
+		// release is no handoff.
+		res.handoffs, res.selfPairs, res.pairs = nil, 0, 0
+	}
 	res.commands, res.serverCPU, err = h.serverStats(lib, cpuBefore)
 	return res, err
 }

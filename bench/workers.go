@@ -39,8 +39,11 @@ type library struct {
 	contended  bool                                                          // runs the multi-worker cases, the shared ones included
 	solo       bool                                                          // runs the uncontended case
 	crash      bool                                                          // runs the crash-recovery case
-	newLocker  func(client *redis.Client, ttl time.Duration) (locker, error) // client is nil unless redis
+	newLocker  func(client *redis.Client, ttl time.Duration) (locker, error) // client is nil unless redis; nil: no lock cases
 	shortLabel string                                                        // for the chart's x axis
+	// newSemaphore, when set, makes lockers whose workers take permits of
+	// one semaphore of permits, the key naming it: the semaphore case.
+	newSemaphore func(client *redis.Client, ttl time.Duration, permits int) (locker, error)
 }
 
 // keyPart is the library's name as a piece of a Redis key.
@@ -159,6 +162,11 @@ func libraries(retry time.Duration) []*library {
 			return setnxLocker(client, ttl, opts...)
 		}
 	}
+	setnxSem := func(opts ...setnxlock.Option) func(*redis.Client, time.Duration, int) (locker, error) {
+		return func(client *redis.Client, ttl time.Duration, permits int) (locker, error) {
+			return setnxSemaphoreLocker(client, ttl, permits, opts...)
+		}
+	}
 	return []*library{
 		{
 			name: nameRaw, shortLabel: "raw", redis: true, solo: true, contended: true,
@@ -169,8 +177,9 @@ func libraries(retry time.Duration) []*library {
 		},
 		{
 			name: nameSetnx, shortLabel: "setnxlock", redis: true, solo: true, contended: true, crash: true,
-			config:    "default mode (scripts allowed), WithBackoff(retry, retry): the peers' retry settings",
-			newLocker: setnx(setnxlock.WithBackoff(retry, retry)),
+			config:       "default mode (scripts allowed), WithBackoff(retry, retry): the peers' retry settings; Semaphore.Acquire in the semaphore case",
+			newLocker:    setnx(setnxlock.WithBackoff(retry, retry)),
+			newSemaphore: setnxSem(setnxlock.WithBackoff(retry, retry)),
 		},
 		{
 			name: "setnxlock default backoff", shortLabel: "setnxlock\ndef.backoff", redis: true, contended: true, crash: true,
@@ -179,8 +188,9 @@ func libraries(retry time.Duration) []*library {
 		},
 		{
 			name: nameNoScripts, shortLabel: "setnxlock\nno scripts", redis: true, solo: true, contended: true, crash: true,
-			config:    "WithoutScripts(), WithBackoff(retry, retry)",
-			newLocker: setnx(setnxlock.WithoutScripts(), setnxlock.WithBackoff(retry, retry)),
+			config:       "WithoutScripts(), WithBackoff(retry, retry)",
+			newLocker:    setnx(setnxlock.WithoutScripts(), setnxlock.WithBackoff(retry, retry)),
+			newSemaphore: setnxSem(setnxlock.WithoutScripts(), setnxlock.WithBackoff(retry, retry)),
 		},
 		{
 			name: nameBsm, shortLabel: "bsm/\nredislock", redis: true, solo: true, contended: true, crash: true,
@@ -204,6 +214,11 @@ func libraries(retry time.Duration) []*library {
 				mu := new(sync.Mutex)
 				return locker{close: noClose, newWorker: func() worker { return mutexWorker{mu: mu} }}, nil
 			},
+		},
+		{
+			name: nameWeighted, shortLabel: "x/sync\nWeighted",
+			config:       "one golang.org/x/sync/semaphore.Weighted of the case's permits shared by its workers, the same loop, no Redis (the semaphore case only)",
+			newSemaphore: weightedLocker,
 		},
 	}
 }

@@ -55,6 +55,12 @@ type Bounds struct {
 	// LossSlack is how long past its lease's end such a holder may work
 	// untold: the time to schedule it once the loss is signalled.
 	LossSlack time.Duration
+	// Semaphore, when set, names the semaphore whose permits the run's
+	// keys are, and Permits is its count: no more than that many
+	// sections on its permit keys may overlap (permitsExceeded), and a
+	// call of the semaphore is a call of each permit (semaphoreCalls).
+	Semaphore string `json:",omitempty"`
+	Permits   int    `json:",omitempty"`
 }
 
 // recoveryOf is the recovery bound of a crashed lease of client.
@@ -143,7 +149,7 @@ func (c Config) bounds() Bounds {
 		HeldPastOf: func(client string) time.Duration {
 			return lockerFor(c.Mode, slotOf(client, c.Goroutines)).heldPast(c.TTL)
 		},
-		LossSlack: schedulingSlack,
+		LossSlack: schedulingSlack, Semaphore: c.semaphore(), Permits: c.permits(),
 		UntilLost: func(client string) string {
 			return lockerFor(c.Mode, slotOf(client, c.Goroutines)).lossGroup()
 		}}

@@ -31,7 +31,8 @@ var BrokenRuns = []struct{ Mode, Assumption string }{
 	{ModeMixed, BreakOwnerCheck},
 	{ModeElection, BreakRestartNoPersistence}, // terms start over: the fence catches it too
 	{ModePartition, BreakSkew},
-	{ModeHeard, BreakOwnerCheck}, // every client on the broken build: a paused holder's late Release deletes a successor's lock, or hands it over
+	{ModeHeard, BreakOwnerCheck},     // every client on the broken build: a paused holder's late Release deletes a successor's lock, or hands it over
+	{ModeSemaphore, BreakOwnerCheck}, // a paused holder's late Release frees a successor's permit: a fourth holder of three permits
 }
 
 // Breaks lists the assumptions Break knows.
@@ -72,7 +73,9 @@ func (c *Config) Break(kind string) error {
 // Caught names the checkers that found a violation in a run with an
 // assumption broken, and those that should have and did not: the lease
 // checker and Porcupine always; the fenced resource too when fencing
-// tokens start over after a restart without persistence.
+// tokens start over after a restart without persistence; in a semaphore
+// run the count check too (permitsExceeded): a permit with two holders
+// while the others are held is one holder too many.
 func Caught(res *Result) (caught, missed []string) {
 	expect := []struct {
 		name  string
@@ -83,6 +86,7 @@ func Caught(res *Result) (caught, missed []string) {
 		{"porcupine", res.Report.Count(NotLinearizable) > 0, true},
 		{"fence", res.Report.Count(FenceInterleave)+res.Report.Count(TokenOrder) > 0,
 			res.Config.fenced() && !res.Config.Persistence},
+		{"permits", res.Report.Count(PermitsExceeded) > 0, res.Config.semaphore() != ""},
 	}
 	for _, e := range expect {
 		switch {

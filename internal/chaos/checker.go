@@ -82,7 +82,8 @@ func (r Report) Safety() int {
 // each counted only while its holder's clock said its lease was live; with
 // b.Fenced, the resource never accepts a stale holder's write after a
 // later holder's, and fencing tokens strictly increase per key along real
-// time. Liveness: every crashed holder's key is acquired again within
+// time; with b.Semaphore, no more than b.Permits sections on its permit
+// keys overlap. Liveness: every crashed holder's key is acquired again within
 // b.Recovery of the end of its lease, and no waiter waits longer than
 // b.FreeWait for a key nobody holds.
 func Check(h History, b Bounds) Report {
@@ -98,10 +99,7 @@ func Check(h History, b Bounds) Report {
 			r.Overran++
 		}
 	}
-	calls := map[string][]Call{}
-	for _, c := range h.Calls {
-		calls[c.Key] = append(calls[c.Key], c)
-	}
+	calls := semaphoreCalls(h, b)
 	states := map[string][]KeyState{}
 	for _, s := range h.Keys {
 		states[s.Key] = append(states[s.Key], s)
@@ -137,6 +135,9 @@ func Check(h History, b Bounds) Report {
 	}
 	if b.Fenced {
 		r.Violations = append(r.Violations, fenceInterleaves(h.Ops)...)
+	}
+	if b.Semaphore != "" {
+		r.Violations = append(r.Violations, permitsExceeded(b.Semaphore, b.Permits, h.Acquisitions)...)
 	}
 	return r
 }

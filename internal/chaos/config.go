@@ -155,6 +155,18 @@ func (c *Config) modeDefaults(mode string) {
 		// going while crashed holders' keys wait out their leases.
 		c.Keys = 14
 		c.KillRate, c.CrashRate, c.ReleaseKillRate = c.KillRate/2, c.CrashRate/2, c.ReleaseKillRate/2
+	case ModeSemaphore:
+		c.Keys = SemaphorePermits // a key per permit: lockKeys
+		// A semaphore's Acquire waits on every permit, so the release of
+		// each announces it: the same share of waits cancelled per call
+		// as in the other modes.
+		c.HandoffCancelRate /= SemaphorePermits
+		// Three keys turn over as fast as three of another mode's nine
+		// (about 30 grants a second each, here as there, the faults'
+		// long holds, kills and pauses included): 10⁴ acquisitions take
+		// about 110s on an idle machine, 150s on a loaded one, past the
+		// others' 100s limit. A bound for a stuck run, not an expectation.
+		c.Duration = 240 * time.Second
 	case ModeCluster:
 		c.RevokeACL = false // ACL users are per node; the single-server modes cover revocation
 	case ModeAutoRefresh, ModeElection:
@@ -195,13 +207,18 @@ func (c Config) partitionLength(u float64) time.Duration {
 func (c Config) fenced() bool { return c.Mode == ModeFencing || c.Mode == ModeElection }
 
 // lockKeys are the run's lock keys: "chaos.k<i>", or in an election run
-// the elections' lock keys, "{chaos.k<i>}.election" (setnxlock.ElectionKey).
+// the elections' lock keys, "{chaos.k<i>}.election" (setnxlock.ElectionKey),
+// or in a semaphore run its permit keys, "{chaos.s}.permit.<i>"
+// (setnxlock.PermitKey), c.Keys of them: its count.
 func (c Config) lockKeys() []string {
 	out := make([]string, c.Keys)
 	for i := range out {
 		out[i] = fmt.Sprintf("chaos.k%d", i)
-		if c.Mode == ModeElection {
+		switch c.Mode {
+		case ModeElection:
 			out[i] = setnxlock.ElectionKey(out[i])
+		case ModeSemaphore:
+			out[i] = setnxlock.PermitKey(SemaphoreName, i)
 		}
 	}
 	return out

@@ -35,6 +35,9 @@
 //     each client injects below its go-redis client (claims after a
 //     handoff delayed, dropped or their replies lost, handoff messages
 //     held on arrival); claimdoubts.go, such claims in doubt.
+//   - semaphore.go: the semaphore mode's semaphore, its calls as calls of
+//     every permit key, and its check that no more holders than its
+//     permits hold them at once (permitsExceeded).
 //   - modes.go, config.go, breaks.go: the modes (the library's
 //     configurations under test), the run's parameters and the
 //     assumptions a run can break; the network faults themselves,

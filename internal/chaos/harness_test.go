@@ -56,7 +56,11 @@ func TestEveryModeRunsWithoutASafetyViolation(t *testing.T) {
 	bin := buildClient(t, "")
 	for _, mode := range Modes {
 		t.Run(mode, func(t *testing.T) {
-			res := run(t, shortConfig(t, mode, bin))
+			cfg := shortConfig(t, mode, bin)
+			if mode == ModeSemaphore {
+				cfg.LongHoldRate = 0.1 // sections last a lease often enough that every permit is held at once
+			}
+			res := run(t, cfg)
 			assert.Zero(t, res.Report.Safety(), "safety violations under the assumptions")
 			assert.Zero(t, res.Report.Count(CheckersDisagree), "the two checkers disagree")
 			assert.Positive(t, res.Faults.Kinds[FaultRestart], "server restarts")
@@ -70,6 +74,15 @@ func TestEveryModeRunsWithoutASafetyViolation(t *testing.T) {
 				for _, kind := range []string{FaultClaimDelayed, FaultClaimDropped, FaultClaimLost, FaultHandoffHeld} {
 					assert.Positive(t, res.Faults.Kinds[kind], kind)
 				}
+			}
+			if mode == ModeSemaphore {
+				keys := map[string]bool{}
+				for _, a := range res.History.Acquisitions {
+					keys[a.Key] = true
+				}
+				assert.Len(t, keys, SemaphorePermits, "acquisitions of every permit and of nothing else: %v", keys)
+				assert.NotEmpty(t, permitsExceeded(SemaphoreName, SemaphorePermits-1, res.History.Acquisitions),
+					"every permit held at once: the count check judged a full semaphore")
 			}
 			if mode == ModePartition {
 				assert.Positive(t, res.Faults.Kinds[FaultPartition], "holders cut off")
@@ -91,8 +104,9 @@ func TestBrokenAssumptionsAreCaughtByEveryChecker(t *testing.T) {
 		{ModeDefault, BreakRestartNoPersistence, "", 400, both},
 		{ModeDefault, BreakOwnerCheck, OwnerCheckOffTag, 200, both}, // the release script hands over any key: the handoff's owner check off
 		{ModeNoScripts, BreakOwnerCheck, OwnerCheckOffTag, 200, both},
-		{ModeFencing, BreakRestartNoPersistence, "", 400, []string{"fence"}}, // tokens start over
-		{ModeHeard, BreakOwnerCheck, OwnerCheckOffTag, 200, both},            // under the heard mode's faults
+		{ModeFencing, BreakRestartNoPersistence, "", 400, []string{"fence"}},                               // tokens start over
+		{ModeHeard, BreakOwnerCheck, OwnerCheckOffTag, 200, both},                                          // under the heard mode's faults
+		{ModeSemaphore, BreakOwnerCheck, OwnerCheckOffTag, 200, []string{"lease", "porcupine", "permits"}}, // a fourth holder of three permits
 	} {
 		t.Run(tc.mode+"/"+tc.assumption, func(t *testing.T) {
 			// The owner-check runs' clients are built with -tags
@@ -114,7 +128,7 @@ func TestWorkerConfigRoundTrips(t *testing.T) {
 		Name: "p1.2", Redis: []string{"127.0.0.1:1"}, Resource: "/tmp/r.sock", Keys: []string{"a", "b"}, Seed: 9,
 		Offset: -3 * time.Millisecond, TTL: time.Second, Margin: 5 * time.Millisecond, Loops: 2,
 		MinBackoff: time.Millisecond, MaxBackoff: 9 * time.Millisecond, ReadTimeout: 50 * time.Millisecond,
-		MaxRetries: -1, LongHoldRate: 0.25, Locker: LockerConfig{Format: 2, NoScripts: true, User: UserPoller, UntilLost: true, ContextTimeout: true},
+		MaxRetries: -1, LongHoldRate: 0.25, Locker: LockerConfig{Format: 2, NoScripts: true, User: UserPoller, UntilLost: true, ContextTimeout: true, Semaphore: "s"},
 		CancelRate: 0.1, HandoffCancelRate: 0.2, CloseEvery: time.Second,
 		Claims: ClaimFaults{DelayRate: 0.1, DropRate: 0.05, LoseRate: 0.05, MaxDelay: time.Second, HoldRate: 0.1, MaxHold: time.Second},
 	}

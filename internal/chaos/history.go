@@ -60,7 +60,12 @@ type Acquisition struct {
 
 	// InDoubt: a write of its Acquire failed without a reply before it
 	// won (see Call.InDoubt); the key may have been held by that write.
+	// In a semaphore run, only a write that named this key.
 	InDoubt bool
+	// DoubtOn, in a semaphore run, lists the permit keys its call's
+	// writes in doubt named ([doubtAny]: any key; empty: none): those its
+	// call may have left a lease on (semaphoreCalls); nil elsewhere.
+	DoubtOn []string
 
 	Entered  time.Time // the first check that found the lease live; zero if none did
 	LastLive time.Time // the last check that found the lease live
@@ -137,6 +142,9 @@ type Call struct {
 	// flight): the server may hold a lease nobody knows it owns until that
 	// lease ends (H5).
 	InDoubt bool
+	// DoubtOn, in a semaphore run, lists the keys its writes in doubt
+	// named, as Acquisition.DoubtOn does; nil: any, if InDoubt.
+	DoubtOn []string
 	Killed  bool   // its process was killed while it waited
 	Err     string // its error, if it returned one
 }

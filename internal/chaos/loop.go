@@ -26,6 +26,7 @@ type loop struct {
 	ev     *eventConn
 	rng    *rand.Rand
 	seq    int64
+	sem    *setnxlock.Semaphore // in a semaphore run, the semaphore whose permits the loop takes
 }
 
 // runLoop runs one loop until ctx ends, the harness hangs up, or the
@@ -38,6 +39,11 @@ func runLoop(ctx context.Context, cfg WorkerConfig, name string, locker *setnxlo
 	defer res.close()
 	l := &loop{cfg: cfg, name: name, res: res, locker: locker, clock: clock, waits: waits, ev: ev,
 		rng: streamFor(cfg.Seed, "worker/"+name)}
+	if name := cfg.Locker.Semaphore; name != "" {
+		if l.sem, err = locker.Semaphore(name, len(cfg.Keys)); err != nil {
+			return err
+		}
+	}
 	for ctx.Err() == nil {
 		if err := l.once(ctx); err != nil {
 			if ctx.Err() != nil && !errors.Is(err, errCrashed) {
@@ -61,13 +67,32 @@ func (l *loop) once(ctx context.Context) error {
 		cancelAt = time.Duration(at * float64(2*l.cfg.TTL))
 	}
 
+	try := false
+	if l.sem != nil {
+		// Which permit it wins is known once it returns: the call is on
+		// record under the semaphore (semaphore.go).
+		key = semaphoreCallKey(l.sem.Name())
+		try = l.rng.Float64() < semaphoreTryRate
+	}
+
 	l.seq++
 	seq := strconv.FormatInt(l.seq, 10)
 	if _, err := l.res.call("call", seq, key, nanos(time.Now())); err != nil {
 		return err
 	}
-	lock, trace, err := l.acquire(ctx, key, cancelAt)
+	lock, trace, err := l.acquire(ctx, key, cancelAt, try)
 	doubt := trace.doubt.Load()
+	if l.sem != nil {
+		// Its writes went to every permit key: on record, the keys those
+		// in doubt named (semaphoreCalls), and the acquisition in doubt
+		// only when one named the permit it won.
+		if _, err := l.res.call("doubts", seq, trace.doubtList()); err != nil {
+			return err
+		}
+		if permit, ok := lock.(heldLock); ok && err == nil {
+			doubt = trace.doubtOn(permit.Key())
+		}
+	}
 	if err != nil {
 		// On record even when the client is ending (a sibling loop told to
 		// crash): a write in doubt may still hold the key.
@@ -81,6 +106,9 @@ func (l *loop) once(ctx context.Context) error {
 		return sleep(ctx, time.Duration(l.rng.Float64()*float64(l.cfg.MaxBackoff)))
 	}
 	granted := time.Now()
+	if permit, ok := lock.(heldLock); ok && l.sem != nil {
+		key = permit.Key()
+	}
 	token := strconv.FormatInt(lock.FencingToken(), 10)
 	if _, err := l.res.call("acq", seq, key, token, nanos(trace.sentAt(granted)), nanos(granted), l.wall(lock.ExpiresAt()), strconv.FormatBool(doubt),
 		strconv.FormatInt(lock.ExpiresAt().UnixMilli(), 10)); err != nil {
@@ -144,11 +172,12 @@ func (l *loop) once(ctx context.Context) error {
 func (l *loop) wall(t time.Time) string { return nanos(t.Add(-l.cfg.Offset)) }
 
 // acquire calls Acquire (in an election run, Campaign for the election
-// whose lock is key) with a context that ends after 20 leases, or at
-// cancelAt when that is not negative, or when the harness's announcement
-// of a release of key makes cancelOnRelease end it. The trace says what
-// the call sent.
-func (l *loop) acquire(ctx context.Context, key string, cancelAt time.Duration) (holding, *callTrace, error) {
+// whose lock is key; in a semaphore run, the semaphore's Acquire, or its
+// TryAcquire when try is set) with a context that ends after 20 leases, or
+// at cancelAt when that is not negative, or when the harness's
+// announcement of a release of key (of any permit, in a semaphore run)
+// makes cancelOnRelease end it. The trace says what the call sent.
+func (l *loop) acquire(ctx context.Context, key string, cancelAt time.Duration, try bool) (holding, *callTrace, error) {
 	limit := 20 * l.cfg.TTL
 	if cancelAt >= 0 {
 		limit = cancelAt
@@ -159,8 +188,25 @@ func (l *loop) acquire(ctx context.Context, key string, cancelAt time.Duration) 
 	trace := &callTrace{}
 	actx = context.WithValue(actx, callKey{}, trace)
 	p := &pendingAcquire{cancel: cancel}
-	l.waits.add(key, p)
-	defer l.waits.remove(key, p)
+	waitsOn := []string{key}
+	if l.sem != nil {
+		waitsOn = l.cfg.Keys // it waits on every permit at once
+	}
+	for _, k := range waitsOn {
+		l.waits.add(k, p)
+		defer l.waits.remove(k, p)
+	}
+	if l.sem != nil {
+		take := l.sem.Acquire
+		if try {
+			take = l.sem.TryAcquire
+		}
+		lock, err := take(actx)
+		if err != nil {
+			return nil, trace, err
+		}
+		return heldLock{lock}, trace, nil
+	}
 	if l.cfg.Locker.Election {
 		// ElectionKey(name) is key: key carries name as its hash tag.
 		lead, err := l.locker.Campaign(actx, strings.TrimSuffix(key, ".election"), l.name)

@@ -28,10 +28,11 @@ const (
 	ModeElection    = "election"    // Campaign and Resign: each key an election's lock, each term a fencing token
 	ModePartition   = "partition"   // WithAutoRefresh holders working until told of a loss, one at a time cut off from Redis (H11)
 	ModeHeard       = "heard"       // queueing Lockers, half WithoutScripts, holders working until Done; handoff messages held on arrival, claims delayed or dropped
+	ModeSemaphore   = "semaphore"   // permits of one semaphore (Semaphore.Acquire and TryAcquire), half WithoutScripts; at most its count of holders at once
 )
 
 // Modes lists every mode, in the order `make chaos` runs them.
-var Modes = []string{ModeDefault, ModeNoScripts, ModeClassic, ModeFormats, ModeAutoRefresh, ModeFencing, ModeCluster, ModeMixed, ModeElection, ModePartition, ModeHeard}
+var Modes = []string{ModeDefault, ModeNoScripts, ModeClassic, ModeFormats, ModeAutoRefresh, ModeFencing, ModeCluster, ModeMixed, ModeElection, ModePartition, ModeHeard, ModeSemaphore}
 
 // LockerConfig is the part of a client's configuration that is a choice of
 // the library's options.
@@ -60,6 +61,10 @@ type LockerConfig struct {
 	// off (go-redis's default), a round trip ends only at the client's
 	// ReadTimeout whatever the context says.
 	ContextTimeout bool
+	// Semaphore, when set, names the semaphore whose permits the loops
+	// take (Semaphore.Acquire, some TryAcquire) instead of locking a key:
+	// its permits are the worker's keys, one per permit (semaphore.go).
+	Semaphore string `json:",omitempty"`
 }
 
 // The ACL users of single-server runs (aclUsers). Cluster runs log in as
@@ -100,7 +105,7 @@ func (c LockerConfig) String() string {
 	for _, f := range []struct {
 		on   bool
 		name string
-	}{{c.NoScripts, "noscripts"}, {c.Classic, "classic"}, {c.AutoRefresh, "autorefresh"}, {c.Fencing, "fencing"}, {c.InOrder, "inorder"}, {c.Election, "election"}, {c.User == UserPoller, "poller"}, {c.UntilLost, "untillost"}, {c.ContextTimeout, "ctxtimeout"}} {
+	}{{c.NoScripts, "noscripts"}, {c.Classic, "classic"}, {c.AutoRefresh, "autorefresh"}, {c.Fencing, "fencing"}, {c.InOrder, "inorder"}, {c.Election, "election"}, {c.User == UserPoller, "poller"}, {c.UntilLost, "untillost"}, {c.ContextTimeout, "ctxtimeout"}, {c.Semaphore != "", "semaphore"}} {
 		if f.on {
 			parts = append(parts, f.name)
 		}
@@ -136,6 +141,11 @@ func lockerFor(mode string, slot int) LockerConfig {
 		// Lock.Context does; half on the scripted path (queued.lua claims),
 		// half on the command path (the watched claim).
 		c.UntilLost = true
+		c.NoScripts = slot%4 >= 2
+	case ModeSemaphore:
+		// Every permit is a lock key of the Locker's options: half on the
+		// scripts, half on the commands alone, on the same permits.
+		c.Semaphore = SemaphoreName
 		c.NoScripts = slot%4 >= 2
 	case ModeMixed:
 		switch slot % 4 {

@@ -26,9 +26,11 @@ import (
 //	done <seq> <checked> <live> <lease-end> <told> <told-end> -> ok
 //	rel <seq> <outcome> <at>                              -> ok
 //	fail <seq> <key> <at> <in-doubt> <text>               -> ok
+//	doubts <seq> <keys>                                   -> ok
 //
 // A loop sends call before it calls Acquire, and acq or fail when Acquire
-// returns. Each op and the done are preceded by a check of the lease by
+// returns; in a semaphore run, doubts just before them: the lock keys,
+// comma-separated, that its writes in doubt named ("*": any, "-": none). Each op and the done are preceded by a check of the lease by
 // the holder's clock, which they carry (checked, and whether the lease was
 // live for done; a check at or past the lease-end is not live). A holder
 // that works until told of its loss (LockerConfig.UntilLost) writes on
@@ -105,7 +107,7 @@ func parseRequest(line string) (request, error) {
 	if len(fields) == 0 {
 		return request{}, fmt.Errorf("empty request")
 	}
-	want := map[string]int{"hello": 1, "events": 1, "call": 3, "acq": 8, "op": 5, "done": 6, "rel": 3, "fault": 1}
+	want := map[string]int{"hello": 1, "events": 1, "call": 3, "acq": 8, "op": 5, "done": 6, "rel": 3, "fault": 1, "doubts": 2}
 	if fields[0] == "fail" && len(fields) < 5 {
 		return request{}, fmt.Errorf("fail wants at least 4 arguments, got %q", line)
 	}

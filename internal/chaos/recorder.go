@@ -60,7 +60,7 @@ func (r *recorder) acquired(a Acquisition) {
 	}
 	id := a.ID()
 	if c := r.pending[id]; c != nil {
-		a.Called = c.Start
+		a.Called, a.DoubtOn = c.Start, c.DoubtOn
 		delete(r.pending, id)
 	}
 	if _, dup := r.acqs[id]; !dup {
@@ -70,6 +70,16 @@ func (r *recorder) acquired(a Acquisition) {
 	n := len(r.order)
 	r.mu.Unlock()
 	r.onAcquired(n)
+}
+
+// doubtedOn records the keys a call's writes in doubt named, reported
+// just before its acquisition or failure.
+func (r *recorder) doubtedOn(id AcqID, keys []string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if c := r.pending[id]; c != nil && !r.stopped {
+		c.DoubtOn = keys
+	}
 }
 
 // failed records an Acquire call that returned an error.

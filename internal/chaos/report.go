@@ -75,7 +75,7 @@ func (r *Result) Details() string {
 		r.Linearity.Pieces, len(r.Linearity.Illegal), r.Linearity.Unknown)
 	var counts []string
 	for _, kind := range []string{LeaseOverlap, NotLinearizable, CheckersDisagree, FenceInterleave, TokenOrder, WorkAfterLoss,
-		SlowRecovery, SlowFreeWait, FinalAcquire, QueueNotDrained, GoroutineGrowth} {
+		PermitsExceeded, SlowRecovery, SlowFreeWait, FinalAcquire, QueueNotDrained, GoroutineGrowth} {
 		counts = append(counts, fmt.Sprintf("%s=%d", kind, r.Report.Count(kind)))
 	}
 	line("violations: %s", strings.Join(counts, " "))

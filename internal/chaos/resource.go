@@ -160,6 +160,8 @@ func (s *resource) answer(client string, id AcqID, h clientHooks, req request, r
 		return s.onOp(id, h, req, reply)
 	case "done":
 		return s.onDone(id, h, req, reply)
+	case "doubts":
+		s.rec.doubtedOn(id, parseDoubtList(req.args[1]))
 	case "rel":
 		n, err := req.ints(2)
 		if err != nil {

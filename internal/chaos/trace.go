@@ -3,7 +3,9 @@ package chaos
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -24,6 +26,80 @@ type callTrace struct {
 	sent  atomic.Int64 // when it last sent a command that can win a lock (Unix ns)
 	doubt atomic.Bool  // a command that can write the key failed without a reply
 	wins  atomic.Int32 // Campaign: how often its Acquire won inside the call (leaderRead)
+
+	// In a semaphore run (traceHook.keys set), the lock keys its writes in
+	// doubt named: a semaphore's call writes to every permit key, and a
+	// write in doubt may have left a lease on the keys it names only.
+	mu        sync.Mutex
+	doubtKeys map[string]bool
+	doubtAll  bool // a write in doubt named no lock key: any may hold its lease
+}
+
+// doubted records a write in doubt that named the given lock keys (none:
+// any lock key).
+func (t *callTrace) doubted(keys []string) {
+	t.doubt.Store(true)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if len(keys) == 0 {
+		t.doubtAll = true
+	}
+	for _, k := range keys {
+		if t.doubtKeys == nil {
+			t.doubtKeys = map[string]bool{}
+		}
+		t.doubtKeys[k] = true
+	}
+}
+
+// doubtOn reports whether a write in doubt of the call may have left a
+// lease on key.
+func (t *callTrace) doubtOn(key string) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.doubtAll || t.doubtKeys[key]
+}
+
+// doubtList is the protocol's list of the keys the call's writes in doubt
+// named (the doubts request): "*" for any, "-" for none.
+func (t *callTrace) doubtList() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	switch {
+	case t.doubtAll:
+		return doubtAny
+	case len(t.doubtKeys) == 0:
+		return "-"
+	}
+	keys := make([]string, 0, len(t.doubtKeys))
+	for k := range t.doubtKeys {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return strings.Join(keys, ",")
+}
+
+// doubtAny, in a list of the keys a call's writes in doubt named, stands
+// for every key.
+const doubtAny = "*"
+
+// parseDoubtList is doubtList's other side: the keys, or [doubtAny]; an
+// empty list for none.
+func parseDoubtList(list string) []string {
+	if list == "-" {
+		return []string{}
+	}
+	return strings.Split(list, ",")
+}
+
+// doubtsOn reports whether a call whose writes in doubt named the keys on
+// may have left a lease on key; on is nil when the call did not say
+// which, and then inDoubt, whether any did, decides.
+func doubtsOn(inDoubt bool, on []string, key string) bool {
+	if on == nil {
+		return inDoubt
+	}
+	return slices.Contains(on, doubtAny) || slices.Contains(on, key)
 }
 
 // leaderRead reports whether cmd is Campaign's read of an election's
@@ -82,6 +158,22 @@ var readOnly = map[string]bool{"get": true, "ping": true, "hello": true, "auth":
 // waiter had written).
 type traceHook struct {
 	retried time.Duration // a command that took this long may have been sent twice; 0: never retried
+	// keys, when set (a semaphore run), are the run's lock keys: a write
+	// in doubt is recorded against those it names (callTrace.doubted).
+	keys map[string]bool
+}
+
+// named lists the lock keys (h.keys) that cmds name.
+func (h traceHook) named(cmds ...redis.Cmder) []string {
+	var out []string
+	for _, cmd := range cmds {
+		for _, arg := range cmd.Args() {
+			if s, ok := arg.(string); ok && h.keys[s] && !slices.Contains(out, s) {
+				out = append(out, s)
+			}
+		}
+	}
+	return out
 }
 
 // retriedAfter is how long a command takes at least when go-redis retried
@@ -120,7 +212,7 @@ func (h traceHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		sent := ctx.Err() == nil
 		err := next(ctx, cmd)
 		if sent && !readOnly[cmd.Name()] && h.doubt(err, time.Since(start)) {
-			trace.doubt.Store(true)
+			trace.doubted(h.named(cmd))
 		}
 		return err
 	}
@@ -137,7 +229,7 @@ func (h traceHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 		sent := ctx.Err() == nil
 		err := next(ctx, cmds)
 		if sent && h.doubt(err, time.Since(start)) {
-			trace.doubt.Store(true)
+			trace.doubted(h.named(cmds...))
 		}
 		return err
 	}

@@ -21,6 +21,10 @@ const (
 	// drew a fencing token no larger — tokens did not strictly increase
 	// (fencing runs only).
 	TokenOrder = "token-order"
+	// PermitsExceeded: more critical sections on the permit keys of a
+	// semaphore overlapped in real time than it has permits, each inside
+	// its holder's lease by the holder's own clock (semaphore runs only).
+	PermitsExceeded = "permits-exceeded"
 	// SlowRecovery: a crashed holder's key was not acquired again within
 	// Bounds.Recovery of the end of its lease (liveness).
 	SlowRecovery = "slow-recovery"

@@ -69,7 +69,14 @@ func RunWorker(parent context.Context, cfg WorkerConfig) error {
 	}
 	client := newRedisClient(cfg, claims)
 	defer client.Close()
-	client.AddHook(traceHook{retried: retriedAfter(cfg)})
+	hook := traceHook{retried: retriedAfter(cfg)}
+	if cfg.Locker.Semaphore != "" {
+		hook.keys = map[string]bool{}
+		for _, k := range cfg.Keys {
+			hook.keys[k] = true
+		}
+	}
+	client.AddHook(hook)
 	clock := SkewedClock{Offset: cfg.Offset}
 	opts := append([]setnxlock.Option{
 		setnxlock.WithTTL(cfg.TTL), setnxlock.WithClock(clock),

@@ -53,7 +53,7 @@ func parseFlags() options {
 	flag.StringVar(&o.mode, "mode", "all", "the mode to run, or all: "+strings.Join(chaos.Modes, ", "))
 	flag.Uint64Var(&o.seed, "seed", def.Seed, "seed of every random decision of the run")
 	flag.IntVar(&o.acquisitions, "acquisitions", def.Acquisitions, "stop each mode after this many acquisitions (0: no limit)")
-	flag.DurationVar(&o.duration, "duration", def.Duration, "stop each mode after this long at most")
+	flag.DurationVar(&o.duration, "duration", 0, fmt.Sprintf("stop each mode after this long at most (0: the mode's own limit, %s in most)", def.Duration))
 	flag.StringVar(&o.breakFlag, "break", "", "break one assumption in every mode run: "+strings.Join(chaos.Breaks, "|"))
 	flag.BoolVar(&o.broken, "broken", false, "after the modes, run each with an assumption broken (chaos.BrokenRuns) and check that each is caught")
 	flag.IntVar(&o.brokenAcquisitions, "broken-acquisitions", 500, "acquisitions of each broken run")
@@ -116,7 +116,10 @@ func main() {
 func (o options) runModes(ctx context.Context, modes []string, binary func(tags string) string) (failures []string) {
 	for _, m := range modes {
 		cfg := chaos.DefaultConfig(m)
-		cfg.Seed, cfg.Acquisitions, cfg.Duration = o.seed, o.acquisitions, o.duration
+		cfg.Seed, cfg.Acquisitions = o.seed, o.acquisitions
+		if o.duration > 0 {
+			cfg.Duration = o.duration
+		}
 		if o.breakFlag != "" {
 			exitIf(cfg.Break(o.breakFlag))
 		}
@@ -150,7 +153,10 @@ func (o options) runBroken(ctx context.Context, binary func(tags string) string)
 	for _, run := range chaos.BrokenRuns {
 		if m, b := run.Mode, run.Assumption; o.mode == "all" || o.mode == m {
 			cfg := chaos.DefaultConfig(m)
-			cfg.Seed, cfg.Acquisitions, cfg.Duration = o.seed, o.brokenAcquisitions, o.duration
+			cfg.Seed, cfg.Acquisitions = o.seed, o.brokenAcquisitions
+			if o.duration > 0 {
+				cfg.Duration = o.duration
+			}
 			exitIf(cfg.Break(b))
 			cfg.ClientBinary = binary(cfg.ClientTags)
 			res, err := chaos.Run(ctx, cfg)
