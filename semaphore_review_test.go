@@ -211,3 +211,31 @@ func TestSemaphoreReviewControlLockerAcquireRetriesTheSameFault(t *testing.T) {
 		require.NoError(t, got.Release(ctx))
 	})
 }
+
+// Semaphore.Acquire's godoc: "When ctx ends first it returns an error
+// matching both ErrNotAcquired and ctx.Err()", as Locker.Acquire's does.
+// A context that has ended before the call (or ends during the count's
+// read or the first pass over the permits) gets the bare context error
+// from agree or tryEach, which does not match ErrNotAcquired. Locker.Acquire
+// on the same key answers with both.
+func TestSemaphoreReviewAcquireOnAnEndedContextMatchesErrNotAcquired(t *testing.T) {
+	onEachBackend(t, func(t *testing.T, b *backend) {
+		l := b.locker(t)
+		ended, cancel := context.WithCancel(ctx)
+		cancel()
+		_, err := l.Acquire(ended, PermitKey("sem", 0))
+		require.ErrorIs(t, err, ErrNotAcquired, "the control: Locker.Acquire")
+		require.ErrorIs(t, err, context.Canceled)
+
+		s := semaphoreOf(t, l, "sem", 2)
+		_, err = s.Acquire(ended)
+		assert.ErrorIs(t, err, context.Canceled)
+		assert.ErrorIs(t, err, ErrNotAcquired, "Semaphore.Acquire before the count is recorded: %v", err)
+
+		_, err = s.TryAcquire(ctx) // records the count
+		require.NoError(t, err)
+		_, err = s.Acquire(ended)
+		assert.ErrorIs(t, err, context.Canceled)
+		assert.ErrorIs(t, err, ErrNotAcquired, "Semaphore.Acquire with the count recorded: %v", err)
+	})
+}
