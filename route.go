@@ -72,7 +72,12 @@ func (h *handoffs) route(l *Locker, payload string) {
 	case signal != nil:
 		notify(signal, note)
 	case isAbandoned && gone.entry.key == key:
-		l.leaveOnce(context.Background(), gone.entry)
+		// Declined: handed on in the background, so that the handoffs to
+		// this Locker's other waits are not held up behind its round
+		// trips (each bounded by leaveTimeout). It may race the wait's own
+		// leave: each hands on only a value carrying the entry's token,
+		// atomically, so the second finds nothing to do.
+		go l.leaveOnce(context.Background(), gone.entry)
 	}
 }
 

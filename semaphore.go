@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync/atomic"
+	"time"
 )
 
 // A semaphore of N permits is N lock keys, PermitKey(name, 0) to
@@ -139,23 +140,80 @@ func (s *Semaphore) notAcquired(n int, foreign []error, ctxErr error) error {
 
 // Acquire takes a permit, waiting while all are held: on every permit at
 // once, as Locker.Acquire waits on a key (queued in arrival order, woken,
-// polling; a crashed holder's permit is taken over when its lease ends).
-// It keeps the first permit it gets and gives up the others it is handed
-// meanwhile. When ctx ends first it returns an error matching both
-// ErrNotAcquired and ctx.Err(). ErrPermitsMismatch: the recorded count
-// differs from this client's, and nothing was written. Permit keys that
-// hold something else (H7) are left untouched and not waited on; when
-// every permit does, the error matches ErrNotLockValue.
+// polling; a crashed holder's permit is taken over when its lease ends;
+// transient network errors retried). It keeps the first permit it gets
+// and gives up the others it is handed meanwhile. When ctx ends first it
+// returns an error matching both ErrNotAcquired and ctx.Err().
+// ErrPermitsMismatch: the recorded count differs from this client's, and
+// nothing was written; a wait that ends after a Resize has changed the
+// count gives its permit back and says so too. Permit keys that hold
+// something else (H7) are left untouched and not waited on; when every
+// permit does, the error matches ErrNotLockValue.
 func (s *Semaphore) Acquire(ctx context.Context) (*Lock, error) {
-	n, err := s.agree(ctx)
+	n, err := s.agreeWaiting(ctx)
 	if err != nil {
 		return nil, err
 	}
 	lock, foreign, err := s.tryEach(ctx, n)
-	if !errors.Is(err, ErrNotAcquired) || foreign == n {
-		return lock, err // won, failed, or nothing to wait for
+	switch {
+	case err == nil:
+		return lock, nil
+	case ctx.Err() != nil:
+		return nil, s.notAcquired(n, nil, ctx.Err())
+	case foreign == n:
+		return nil, err // nothing to wait for
+	case !errors.Is(err, ErrNotAcquired) && !retryable(err):
+		return nil, err
 	}
-	return s.waitEach(ctx, n)
+	if lock, err = s.waitEach(ctx, n); err != nil {
+		return nil, err
+	}
+	// The wait may have outlasted a Resize: a permit past a shrunk count
+	// must not be kept, or more holders than the recorded count would
+	// live. A count that cannot be read now keeps the permit: it was
+	// agreed before the wait, the window an attempt always has.
+	checkCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), leaveTimeout)
+	defer cancel()
+	if _, err := s.agree(checkCtx); errors.Is(err, ErrPermitsMismatch) || errors.Is(err, ErrNotLockValue) {
+		return nil, errors.Join(err, s.giveBack(checkCtx, lock))
+	}
+	return lock, nil
+}
+
+// agreeWaiting is agree for Acquire: a transient failure to read the count
+// is tried again after a backoff, until ctx ends (then the error matches
+// ErrNotAcquired and ctx.Err()).
+func (s *Semaphore) agreeWaiting(ctx context.Context) (int, error) {
+	retry := newBackoff(s.locker.cfg.minBackoff, s.locker.cfg.maxBackoff)
+	for {
+		n, err := s.agree(ctx)
+		switch {
+		case err == nil:
+			return n, nil
+		case ctx.Err() != nil:
+			return 0, s.notAcquired(s.Permits(), nil, ctx.Err())
+		case errors.Is(err, ErrPermitsMismatch), errors.Is(err, ErrNotLockValue), !retryable(err):
+			return 0, err
+		}
+		timer := time.NewTimer(retry.next())
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return 0, s.notAcquired(s.Permits(), nil, ctx.Err())
+		case <-timer.C:
+		}
+	}
+}
+
+// giveBack releases a permit won but not kept, tried again after a
+// failure in transit (lossOrRelease), so that it does not stay taken for a
+// whole lease with nobody holding it.
+func (s *Semaphore) giveBack(ctx context.Context, lock *Lock) error {
+	err := lock.lossOrRelease(ctx)
+	if errors.Is(err, ErrNotHeld) {
+		return nil // already lost: nothing of it is held
+	}
+	return err
 }
 
 // permitWait is the outcome of one permit's Acquire within a semaphore's.
@@ -164,14 +222,13 @@ type permitWait struct {
 	err  error
 }
 
-// waitEach waits on each of n permits at once (Locker.Acquire) and keeps
-// the first it wins. Every wait it starts has returned when it returns:
-// the others end with their context, leaving their queues (which hands on
-// what was handed to them), and a permit won after the first is released,
-// which hands it to the next in line.
+// waitEach waits on each of n permits at once (Locker.Acquire) and returns
+// the first it wins, as soon as it wins it: the other waits end with their
+// context, leaving their queues (which hands on what was handed to them),
+// in the background (drain), and a permit they win meanwhile is given
+// back, which hands it to the next in line.
 func (s *Semaphore) waitEach(ctx context.Context, n int) (*Lock, error) {
 	waitCtx, cancel := context.WithCancel(ctx)
-	defer cancel()
 	waits := make(chan permitWait, n)
 	for i := range n {
 		key := s.permitKey(i)
@@ -181,34 +238,41 @@ func (s *Semaphore) waitEach(ctx context.Context, n int) (*Lock, error) {
 		}()
 	}
 	var (
-		won     *Lock
 		failed  error   // the first failure that ends the whole wait
 		foreign []error // permits that hold no lock value (H7): not waited on
 	)
-	for range n {
+	for left := n; left > 0; left-- {
 		w := <-waits // bounded: every wait returns once waitCtx ends, cancelled below on the first win or failure
 		switch {
-		case w.err == nil && won == nil:
-			won = w.lock
-			cancel()
 		case w.err == nil:
-			_ = w.lock.Release(context.WithoutCancel(ctx)) // a second permit: handed on to the next in line, or freed
+			cancel()
+			go s.drain(context.WithoutCancel(ctx), waits, left-1)
+			return w.lock, nil
 		case errors.Is(w.err, ErrNotLockValue):
 			foreign = append(foreign, w.err)
 		case errors.Is(w.err, ErrNotAcquired) && waitCtx.Err() != nil:
-			// ended with ctx, or with the wait's first win or failure
+			// ended with ctx, or with the wait's first failure
 		case failed == nil:
 			failed = w.err
 			cancel()
 		}
 	}
-	switch {
-	case won != nil:
-		return won, nil
-	case failed != nil:
+	cancel()
+	if failed != nil {
 		return nil, failed
 	}
 	return nil, s.notAcquired(n, foreign, ctx.Err())
+}
+
+// drain receives the outcomes of the left waits still running after
+// waitEach's win, and gives back any permit they won. Each returns within
+// its leave's bound once its context has ended.
+func (s *Semaphore) drain(ctx context.Context, waits <-chan permitWait, left int) {
+	for range left {
+		if w := <-waits; w.err == nil { // bounded: their context has ended
+			_ = s.giveBack(ctx, w.lock) // failures in transit were tried again; the lease then ends by the clock
+		}
+	}
 }
 
 // Do takes a permit as Acquire does (waiting until ctx ends), runs fn

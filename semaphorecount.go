@@ -2,6 +2,7 @@ package setnxlock
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 
@@ -27,6 +28,9 @@ func (s *Semaphore) agree(ctx context.Context) (int, error) {
 		get = pipe.Get(ctx, key)
 		return nil
 	})
+	if isWrongType(get.Err()) {
+		return 0, fmt.Errorf("%w: semaphore %q: its count at %s is not a string; left untouched", ErrNotLockValue, s.name, key)
+	}
 	if err != nil && get.Err() != nil {
 		return 0, fmt.Errorf("setnxlock: semaphore %q: reading its count at %s: %w", s.name, key, err)
 	}
@@ -49,21 +53,30 @@ func parseCount(value string) (int, error) {
 	return n, err
 }
 
-// Resize records permits as the semaphore's count, replacing whatever is
+// Resize records permits as the semaphore's count, replacing the one
 // recorded, and makes it this client's. It is an operator's act (the
 // setnxlock CLI's "semaphore resize" does it): other clients' acquisitions
-// fail with ErrPermitsMismatch until they are given the new count.
+// fail with ErrPermitsMismatch until they are given the new count, and an
+// Acquire that was waiting gives back the permit its wait ends with.
 // Shrinking never revokes a live permit: holders of permits past the new
 // count keep them until they release them or their leases end, and no
-// acquisition takes those permits again; until then more holders than the
-// new count may live. An acquisition that read the old count just before
-// the record changed may still finish on it. permits < 1 is
-// ErrInvalidArgument, and nothing is written.
+// acquisition keeps those permits again; until then more holders than the
+// new count may live. A single attempt (TryAcquire, or Acquire's first
+// pass) that read the old count just before the record changed may still
+// finish on it. A count key of another type is left untouched
+// (ErrNotLockValue). permits < 1 is ErrInvalidArgument, and nothing is
+// written.
 func (s *Semaphore) Resize(ctx context.Context, permits int) error {
 	if permits < 1 {
 		return fmt.Errorf("%w: semaphore %q: %d permits (at least 1)", ErrInvalidArgument, s.name, permits)
 	}
-	if err := s.locker.client.Set(ctx, PermitsKey(s.name), permits, 0).Err(); err != nil {
+	// GETSET, the classic command: a key of another type refuses it, and
+	// is left untouched (H7).
+	key := PermitsKey(s.name)
+	if err := s.locker.client.Process(ctx, redis.NewStringCmd(ctx, "getset", key, permits)); err != nil && !errors.Is(err, redis.Nil) {
+		if isWrongType(err) {
+			return fmt.Errorf("%w: semaphore %q: its count at %s is not a string; left untouched", ErrNotLockValue, s.name, key)
+		}
 		return fmt.Errorf("setnxlock: semaphore %q: recording %d permits: %w", s.name, permits, err)
 	}
 	s.permits.Store(int64(permits))

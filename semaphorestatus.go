@@ -41,6 +41,8 @@ func (s *Semaphore) Status(ctx context.Context) (SemaphoreStatus, error) {
 	count, err := s.locker.client.Get(ctx, key).Result()
 	switch {
 	case errors.Is(err, redis.Nil):
+	case isWrongType(err):
+		return SemaphoreStatus{}, fmt.Errorf("%w: semaphore %q: its count at %s is not a string", ErrNotLockValue, s.name, key)
 	case err != nil:
 		return SemaphoreStatus{}, fmt.Errorf("setnxlock: status of semaphore %q: %w", s.name, err)
 	default:
