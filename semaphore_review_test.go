@@ -15,16 +15,16 @@ import (
 	"github.com/setnxlock/setnxlock/internal/await"
 )
 
-// Independent review of the semaphore (issue 26). Each test states what
-// the godoc promises and fails where the code does otherwise.
+// The semaphore's promises that an independent review found broken, each
+// failing before its fix (semaphore.go, semaphorecount.go).
 
-// Resize's godoc: after a shrink, "no acquisition takes those permits
-// again". An Acquire that was already waiting when the count shrank keeps
-// waiting on every permit of the old count, and a release of a permit past
-// the new count hands it to that waiter: a new holder on a permit past the
-// recorded count, any time after the shrink, and more live holders than
-// the recorded count (here 2 with 1 recorded).
-func TestSemaphoreReviewShrinkLetsAnEarlierWaiterTakeAPermitPastTheNewCount(t *testing.T) {
+// After a shrink no acquisition keeps a permit past the new count. An
+// Acquire already waiting when the count shrank waits on every permit of
+// the old count, and a release of a permit past the new count hands it to
+// that waiter; its wait then reads the count again and gives the permit
+// back, or there would be more live holders than the recorded count
+// (here 2 with 1 recorded).
+func TestSemaphoreWaitThatOutlastsAShrinkKeepsNoPermitPastTheNewCount(t *testing.T) {
 	onEachPath(t, func(t *testing.T, b *backend, p lockPath) {
 		holder := semaphoreOf(t, b.locker(t, p.opt), "sem", 2)
 		var held []*Lock
@@ -74,14 +74,10 @@ func TestSemaphoreReviewShrinkLetsAnEarlierWaiterTakeAPermitPastTheNewCount(t *t
 	})
 }
 
-// Semaphore.Acquire "waits until a permit is free or the context ends",
-// as Locker.Acquire waits, which retries transient network errors. Its
-// first pass over the permits (tryEach) returns the first error that is
-// not ErrNotAcquired, so a single transient failure (a timeout on one
-// permit's attempt) ends the whole Acquire at once, with a live context
-// and without waiting. Locker.Acquire on the same key, given the same
-// fault, waits and gets the lock.
-func TestSemaphoreReviewAcquireGivesUpOnATransientErrorInsteadOfWaiting(t *testing.T) {
+// Semaphore.Acquire waits until a permit is free or the context ends, as
+// Locker.Acquire waits, through transient network errors: one lost request
+// in its first pass over the permits (tryEach) does not end it.
+func TestSemaphoreAcquireWaitsThroughATransientError(t *testing.T) {
 	onEachPath(t, func(t *testing.T, b *backend, p lockPath) {
 		holder := semaphoreOf(t, b.locker(t, p.opt), "sem", 1)
 		lock, err := holder.TryAcquire(ctx)
@@ -153,12 +149,10 @@ func (f failOnceOnKey) ProcessPipelineHook(next redis.ProcessPipelineHook) redis
 	}
 }
 
-// H7 for the count key: a count key that holds something that is not a
-// count is reported as ErrNotLockValue and left untouched (the string
-// case is tested). A count key of another type (a list) makes agree's GET
-// fail with WRONGTYPE, and Acquire, TryAcquire and Status return a bare
-// wrapped reply error that does not match ErrNotLockValue.
-func TestSemaphoreReviewACountKeyOfAnotherTypeIsNotLockValue(t *testing.T) {
+// H7 for the count key: a count key of another type (a list) is reported
+// as ErrNotLockValue by Acquire, TryAcquire and Status, and left
+// untouched, as a string that is not a count is.
+func TestSemaphoreCountKeyOfAnotherTypeIsNotLockValue(t *testing.T) {
 	onEachBackend(t, func(t *testing.T, b *backend) {
 		require.NoError(t, b.raw.RPush(ctx, PermitsKey("sem"), "x").Err())
 		s := semaphoreOf(t, b.locker(t), "sem", 2)
@@ -172,10 +166,9 @@ func TestSemaphoreReviewACountKeyOfAnotherTypeIsNotLockValue(t *testing.T) {
 	})
 }
 
-// Resize's godoc: an operator's act that records the count "replacing
-// whatever is recorded". A count key that holds something that is not a
-// count (H7: "left untouched") is overwritten by it, a list included.
-func TestSemaphoreReviewResizeOverwritesAForeignCountKey(t *testing.T) {
+// Resize, an operator's act, replaces the recorded count, but leaves a
+// count key of another type untouched (H7).
+func TestSemaphoreResizeLeavesACountKeyOfAnotherTypeUntouched(t *testing.T) {
 	onEachBackend(t, func(t *testing.T, b *backend) {
 		require.NoError(t, b.raw.RPush(ctx, PermitsKey("sem"), "someone else's").Err())
 		s := semaphoreOf(t, b.locker(t), "sem", 2)
@@ -188,7 +181,7 @@ func TestSemaphoreReviewResizeOverwritesAForeignCountKey(t *testing.T) {
 
 // The control of the test above: Locker.Acquire, given the same fault on
 // the same key, waits and takes the lock once it is released.
-func TestSemaphoreReviewControlLockerAcquireRetriesTheSameFault(t *testing.T) {
+func TestLockerAcquireWaitsThroughTheSameTransientError(t *testing.T) {
 	onEachPath(t, func(t *testing.T, b *backend, p lockPath) {
 		lock, err := b.locker(t, p.opt).TryAcquire(ctx, PermitKey("sem", 0))
 		require.NoError(t, err)
@@ -212,13 +205,10 @@ func TestSemaphoreReviewControlLockerAcquireRetriesTheSameFault(t *testing.T) {
 	})
 }
 
-// Semaphore.Acquire's godoc: "When ctx ends first it returns an error
-// matching both ErrNotAcquired and ctx.Err()", as Locker.Acquire's does.
-// A context that has ended before the call (or ends during the count's
-// read or the first pass over the permits) gets the bare context error
-// from agree or tryEach, which does not match ErrNotAcquired. Locker.Acquire
-// on the same key answers with both.
-func TestSemaphoreReviewAcquireOnAnEndedContextMatchesErrNotAcquired(t *testing.T) {
+// When ctx ends first, Semaphore.Acquire returns an error matching both
+// ErrNotAcquired and ctx.Err(), as Locker.Acquire does, also when it has
+// ended before the count's read or the first pass over the permits.
+func TestSemaphoreAcquireOnAnEndedContextMatchesErrNotAcquired(t *testing.T) {
 	onEachBackend(t, func(t *testing.T, b *backend) {
 		l := b.locker(t)
 		ended, cancel := context.WithCancel(ctx)
