@@ -24,8 +24,11 @@ type lease struct {
 	keeperDone chan struct{} // closed when the keeper goroutine has returned; nil if none started
 }
 
-func newLease(start, end time.Time) *lease {
-	return &lease{renewedAt: start, expiresAt: end, done: make(chan struct{}), moved: make(chan struct{}, 1)}
+// init sets up a zero lease, in place (newLock allocates it with its
+// Lock), as one that began at start and ends at end.
+func (s *lease) init(start, end time.Time) {
+	s.renewedAt, s.expiresAt = start, end
+	s.done, s.moved = make(chan struct{}), make(chan struct{}, 1)
 }
 
 // ends returns the end of the lease as Redis confirmed it, which a loss
