@@ -180,7 +180,7 @@ func (l *Locker) provisionalNet() time.Duration { return l.safetyNet(claimWindow
 // lua/protocol.lua takes as its first arguments, for a release or a leave
 // at now.
 func (l *Locker) appendProtocolArgs(args []any, now time.Time) []any {
-	return append(args, queueSeparator, handoffChannelPrefix, provisionalPrefix(now), l.provisionalNet().Milliseconds())
+	return append(args, queueSeparator, handoffChannelPrefix, provisionalPrefix(now), l.args.provisionalNet)
 }
 
 // queueTransport is one transport of the protocol: the steps a queued

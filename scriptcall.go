@@ -2,6 +2,7 @@ package setnxlock
 
 import (
 	"context"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -11,6 +12,33 @@ import (
 // NOSCRIPT, with the same arguments in the same order, but from one slice
 // its caller builds: Run takes the keys and ARGV apart and copies both
 // into a slice of its own, boxing the hash again on every call.
+
+// lockerArgs are the arguments of a Locker's commands and scripts that its
+// options fix, boxed once when the Locker is made: no call boxes them
+// again. They are the very values the calls computed before (int64s).
+type lockerArgs struct {
+	ttlNet         any // safetyNet(ttl) in ms: the net (H6) of a lease of the Locker's TTL (netArg)
+	provisionalNet any // provisionalNet in ms (appendProtocolArgs)
+	starvation     any // the starvation threshold in µs: release.lua's ARGV[7] when it hands over
+}
+
+// boxArgs fills l.args from l's configuration.
+func (l *Locker) boxArgs() {
+	l.args = lockerArgs{
+		ttlNet:         l.safetyNet(l.cfg.ttl).Milliseconds(),
+		provisionalNet: l.provisionalNet().Milliseconds(),
+		starvation:     l.cfg.starvation.Microseconds(),
+	}
+}
+
+// netArg is the safety net (H6), in ms, of a lease of length: boxed once
+// for the Locker's TTL, the length of every attempt's lease.
+func (l *Locker) netArg(length time.Duration) any {
+	if length == l.cfg.ttl {
+		return l.args.ttlNet
+	}
+	return l.safetyNet(length).Milliseconds()
+}
 
 // scriptCall is a script as a caller of run sends it: its hash and its
 // source, boxed once as arguments of a command.

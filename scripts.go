@@ -82,7 +82,7 @@ func (p scriptPath) unqueuedClaim(ctx context.Context, key string, ours stamp) (
 	if p.l.cfg.fencing {
 		keys = append(keys, FenceKey(key))
 	}
-	reply, err := acquireScript.Run(ctx, p.l.client, keys, ours.value, p.l.safetyNet(ours.length()).Milliseconds()).Slice()
+	reply, err := acquireScript.Run(ctx, p.l.client, keys, ours.value, p.l.netArg(ours.length())).Slice()
 	if err != nil {
 		return claimOutcome{}, err
 	}
@@ -191,7 +191,7 @@ func (l *Locker) runRelease(ctx context.Context, k *Lock, marking, handing bool)
 	}
 	if handing {
 		numKeys++
-		hand = l.cfg.starvation.Microseconds()
+		hand = l.args.starvation
 	}
 	args := releaseCall.args(numKeys, numKeys+11+len(k.maybe)) // one allocation
 	args = append(args, k.key)
