@@ -17,27 +17,32 @@ import (
 // options fix, boxed once when the Locker is made: no call boxes them
 // again. They are the very values the calls computed before (int64s).
 type lockerArgs struct {
-	ttlNet         any // safetyNet(ttl) in ms: the net (H6) of a lease of the Locker's TTL (netArg)
-	provisionalNet any // provisionalNet in ms (appendProtocolArgs)
-	starvation     any // the starvation threshold in µs: release.lua's ARGV[7] when it hands over
+	ttlNet         int64  // safetyNet(ttl) in ms: the net (H6) of a lease of the Locker's TTL
+	ttlNets        [3]any // ttlNet-1, ttlNet and ttlNet+1, what a format's rounding makes of it (netArg)
+	provisionalNet any    // provisionalNet in ms (appendProtocolArgs)
+	starvation     any    // the starvation threshold in µs: release.lua's ARGV[7] when it hands over
 }
 
 // boxArgs fills l.args from l's configuration.
 func (l *Locker) boxArgs() {
+	net := l.safetyNet(l.cfg.ttl).Milliseconds()
 	l.args = lockerArgs{
-		ttlNet:         l.safetyNet(l.cfg.ttl).Milliseconds(),
+		ttlNet:         net,
+		ttlNets:        [3]any{net - 1, net, net + 1},
 		provisionalNet: l.provisionalNet().Milliseconds(),
 		starvation:     l.cfg.starvation.Microseconds(),
 	}
 }
 
-// netArg is the safety net (H6), in ms, of a lease of length: boxed once
-// for the Locker's TTL, the length of every attempt's lease.
+// netArg is the safety net (H6), in ms, of a lease of length, boxed: once
+// and for all for the lengths of an attempt's lease, the Locker's TTL as
+// the format rounds its end (a millisecond either way).
 func (l *Locker) netArg(length time.Duration) any {
-	if length == l.cfg.ttl {
-		return l.args.ttlNet
+	ms := l.safetyNet(length).Milliseconds()
+	if i := ms - l.args.ttlNet + 1; i >= 0 && i < int64(len(l.args.ttlNets)) {
+		return l.args.ttlNets[i]
 	}
-	return l.safetyNet(length).Milliseconds()
+	return ms
 }
 
 // scriptCall is a script as a caller of run sends it: its hash and its

@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
@@ -45,6 +46,27 @@ func TestAReleaseSendsItsScriptWhereTheServerHasNone(t *testing.T) {
 			assert.Equal(t, []any{2, key, waitersKey(key)}, eval[2:5], "the keys: the lock's and its queue's (the default hands over)")
 		}
 	})
+}
+
+// The safety nets a Locker boxes once are the nets each call computed: the
+// same int64 for a lease of its TTL in every format, whatever rounding the
+// instant calls for, and for a lease of any other length.
+func TestBoxedNetsAreTheNetsComputed(t *testing.T) {
+	client := redis.NewClient(&redis.Options{Addr: startMiniredis(t)})
+	t.Cleanup(func() { _ = client.Close() })
+	for _, options := range [][]Option{nil, {WithExpiryGrace(5 * time.Second)}, {WithTTL(1500 * time.Millisecond)}} {
+		for _, format := range []Format{TokenFormat, UnixMillis, UnixSeconds, FloatSeconds} {
+			l, err := New(client, append(options, WithFormat(format))...)
+			require.NoError(t, err)
+			start := clockStart()
+			for step := range 3000 {
+				ours := l.attemptStamp(start.Add(time.Duration(step)*777*time.Microsecond), "")
+				require.Equal(t, any(l.safetyNet(ours.length()).Milliseconds()), l.netArg(ours.length()), "%v, a lease of %v", format, ours.length())
+			}
+			assert.Equal(t, any(l.safetyNet(time.Hour).Milliseconds()), l.netArg(time.Hour))
+			require.NoError(t, l.Close())
+		}
+	}
 }
 
 // sentCommands records the commands a client sends alone.
