@@ -19,7 +19,7 @@ type lease struct {
 	ended     bool      // the Lock's life has ended: err says why
 
 	done       chan struct{} // closed by conclude or runOut once the end has been announced
-	moved      chan struct{} // nudges the keeper (keeper.go) when the end moves
+	moved      chan struct{} // guarded by mu: nudges the keeper (keeper.go) when the end moves; made when it starts, nil before
 	keeping    sync.Once
 	keeperDone chan struct{} // closed when the keeper goroutine has returned; nil if none started
 }
@@ -28,7 +28,19 @@ type lease struct {
 // Lock), as one that began at start and ends at end.
 func (s *lease) init(start, end time.Time) {
 	s.renewedAt, s.expiresAt = start, end
-	s.done, s.moved = make(chan struct{}), make(chan struct{}, 1)
+	s.done = make(chan struct{})
+}
+
+// nudge wakes the keeper, if one has started, to look at the lease
+// again. A keeper that starts later looks at it first anyway.
+func (s *lease) nudge() {
+	s.mu.Lock()
+	moved := s.moved
+	s.mu.Unlock()
+	select {
+	case moved <- struct{}{}: // a nil channel, no keeper: never
+	default: // a nudge is already pending
+	}
 }
 
 // ends returns the end of the lease as Redis confirmed it, which a loss
@@ -69,10 +81,7 @@ func (s *lease) move(start, end time.Time) bool {
 	}
 	s.renewedAt, s.expiresAt = start, end
 	s.mu.Unlock()
-	select {
-	case s.moved <- struct{}{}:
-	default: // a nudge is already pending
-	}
+	s.nudge()
 	return true
 }
 
