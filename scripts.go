@@ -178,9 +178,14 @@ func (p scriptPath) releaseWith(ctx context.Context, k *Lock, handing bool) (boo
 // handoff as asked.
 func (l *Locker) runRelease(ctx context.Context, k *Lock, marking, handing bool) (bool, error) {
 	now := l.cfg.clock.Now()
-	channel, hand, markFor := "", any(""), int64(0)
-	if l.caps.allows(capPubSub) {
+	channel, waiters, hand, markFor := "", "", any(""), int64(0)
+	switch pubSub := l.caps.allows(capPubSub); {
+	case pubSub && handing:
+		channel, waiters = wakeChannelAndWaiters(k.key)
+	case pubSub:
 		channel = WakeChannel(k.key)
+	case handing:
+		waiters = waitersKey(k.key)
 	}
 	if marking {
 		markFor = max(k.lease.ends().Sub(now).Milliseconds(), 0) // the rest of the lease: a resend later finds it over anyway
@@ -199,7 +204,7 @@ func (l *Locker) runRelease(ctx context.Context, k *Lock, marking, handing bool)
 		args = append(args, releasedKey(k.key))
 	}
 	if handing {
-		args = append(args, waitersKey(k.key))
+		args = append(args, waiters)
 	}
 	args = l.appendProtocolArgs(args, now)
 	args = append(args, channel, now.UnixMicro(), hand, markFor, k.token)
