@@ -7,7 +7,8 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// A script called on the common path (a release) is sent as go-redis's
+// A script called on the common path (a release, and acquire.lua where SET
+// NX PX GET is not to be had) is sent as go-redis's
 // Script.Run sends it, EVALSHA and then EVAL where the server answers
 // NOSCRIPT, with the same arguments in the same order, but from one slice
 // its caller builds: Run takes the keys and ARGV apart and copies both

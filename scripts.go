@@ -38,11 +38,12 @@ var (
 )
 
 var (
-	acquireScript = redis.NewScript(acquireLua)
-	queuedScript  = redis.NewScript(valueLua + queuedLua)
-	claimScript   = redis.NewScript(valueLua + claimLua)
-	releaseScript = redis.NewScript(releaseSource)
-	leaveScript   = redis.NewScript(valueLua + protocolLua + handOnLua + leaveLua)
+	acquireScript     = redis.NewScript(acquireLua)
+	acquireScriptCall = callOf(acquireScript, acquireLua) // how unqueuedClaim sends it (scriptcall.go)
+	queuedScript      = redis.NewScript(valueLua + queuedLua)
+	claimScript       = redis.NewScript(valueLua + claimLua)
+	releaseScript     = redis.NewScript(releaseSource)
+	leaveScript       = redis.NewScript(valueLua + protocolLua + handOnLua + leaveLua)
 )
 
 // releaseSource is release.lua with the parts it takes from the others.
@@ -78,11 +79,16 @@ func failedOn(key string, err error) error {
 
 // unqueuedClaim is an unqueued attempt's first step: acquire.lua.
 func (p scriptPath) unqueuedClaim(ctx context.Context, key string, ours stamp) (claimOutcome, error) {
-	keys := []string{key}
+	numKeys := 1 // the key, and its fence counter
 	if p.l.cfg.fencing {
-		keys = append(keys, FenceKey(key))
+		numKeys++
 	}
-	reply, err := acquireScript.Run(ctx, p.l.client, keys, ours.value, p.l.netArg(ours.length())).Slice()
+	args := append(acquireScriptCall.args(numKeys, numKeys+2), key) // one allocation
+	if p.l.cfg.fencing {
+		args = append(args, FenceKey(key))
+	}
+	args = append(args, ours.value, p.l.netArg(ours.length()))
+	reply, err := acquireScriptCall.run(ctx, p.l.client, args).Slice()
 	if err != nil {
 		return claimOutcome{}, err
 	}
