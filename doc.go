@@ -58,7 +58,8 @@
 // transaction.go.
 //
 // The three paths (path.go), one interface, chosen in one place (onPath):
-//   - scripts (scripts.go, the Lua in lua/, one job per file): one round
+//   - scripts (scripts.go, the Lua in lua/, one job per file; the common
+//     path sends them from one argument slice, scriptcall.go): one round
 //     trip per attempt and per release; the default;
 //   - commands (commands.go): SET NX PX, GET, a watched delete;
 //     WithoutScripts, or after scripts are refused;

@@ -53,10 +53,8 @@ func (l *Locker) grant(key string, ours stamp, fencingToken int64, kind EventKin
 	if expired(ends, now) {
 		return nil, fmt.Errorf("%w: %q: our lease ended before the reply arrived", ErrNotAcquired, key)
 	}
-	lock := &Lock{
-		locker: l, key: key, token: tokenOf(ours.value), value: ours.value, fencingToken: fencingToken,
-		op: make(chan struct{}, 1), lease: newLease(ours.start, ends), acquiredAt: now,
-	}
+	lock := l.newLock(key, ours.start, ends, now)
+	lock.token, lock.value, lock.fencingToken = tokenOf(ours.value), ours.value, fencingToken
 	if !l.cfg.format.tokens() {
 		lock.token = ""
 	}

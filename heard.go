@@ -47,10 +47,8 @@ func (l *Locker) holdHeard(key string, entry *queueEntry, note handoffNote, acq 
 	if expired(ends, now) {
 		return nil
 	}
-	lock := &Lock{
-		locker: l, key: key, token: entry.token, value: value,
-		op: make(chan struct{}, 1), lease: newLease(note.heardAt, ends), acquiredAt: now,
-	}
+	lock := l.newLock(key, note.heardAt, ends, now)
+	lock.token, lock.value = entry.token, value
 	lock.op <- struct{}{} // bounded: a new Lock's turn is free; the claim's, before anyone else may ask
 	ours := l.attemptStamp(now, entry.token)
 	acq.wait = WaitHandoff

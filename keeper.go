@@ -35,6 +35,7 @@ func (k *Lock) startKeeper() {
 		keeperDone := make(chan struct{})
 		k.lease.mu.Lock()
 		k.lease.keeperDone = keeperDone
+		k.lease.moved = make(chan struct{}, 1) // before the keeper reads it
 		k.lease.mu.Unlock()
 		go func() {
 			defer close(keeperDone)
@@ -45,12 +46,7 @@ func (k *Lock) startKeeper() {
 
 // nudgeKeeper wakes the keeper to look at the lease again, as a move of
 // its end does: it may be sleeping until the end, not renewing.
-func (k *Lock) nudgeKeeper() {
-	select {
-	case k.lease.moved <- struct{}{}:
-	default: // a nudge is already pending
-	}
-}
+func (k *Lock) nudgeKeeper() { k.lease.nudge() }
 
 // awaitKeeper waits, at most until ctx ends, for the keeper goroutine to
 // return once the lock is over, so that no goroutine outlives its lock.

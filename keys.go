@@ -2,6 +2,9 @@ package setnxlock
 
 import "strings"
 
+// wakeChannelPrefix starts every key's wake channel (WakeChannel).
+const wakeChannelPrefix = "setnxlock:released:"
+
 // The names the library gives the keys and channels of a lock key, all in
 // one place; a Locker's handoff channel is the queue protocol's
 // (protocol.go). The keys of its own sit in the lock key's Redis Cluster slot,
@@ -21,10 +24,22 @@ func FenceKey(key string) string { return sameSlotKey(key, ".fence") }
 // sameSlotKey names a key of the library's own beside key, in key's
 // Cluster slot: key itself as the hash tag, unless key has one already.
 func sameSlotKey(key, suffix string) string {
+	var b strings.Builder
+	b.Grow(len(key) + len("{}") + len(suffix))
+	writeSameSlotKey(&b, key, suffix)
+	return b.String()
+}
+
+// writeSameSlotKey writes sameSlotKey(key, suffix) to b.
+func writeSameSlotKey(b *strings.Builder, key, suffix string) {
 	if hasHashTag(key) {
-		return key + suffix
+		b.WriteString(key)
+	} else {
+		b.WriteByte('{')
+		b.WriteString(key)
+		b.WriteByte('}')
 	}
-	return "{" + key + "}" + suffix
+	b.WriteString(suffix)
 }
 
 // hasHashTag applies Redis Cluster's rule: a '{' followed later by a '}'
@@ -38,7 +53,23 @@ func hasHashTag(key string) bool {
 }
 
 // waitersKey names the queue of waiters for key, in key's Cluster slot.
-func waitersKey(key string) string { return sameSlotKey(key, ".waiters") }
+func waitersKey(key string) string { return sameSlotKey(key, waitersSuffix) }
+
+// waitersSuffix ends the name of a key's queue (waitersKey).
+const waitersSuffix = ".waiters"
+
+// wakeChannelAndWaiters returns WakeChannel(key) and waitersKey(key), cut
+// from one string: a release that hands over names both.
+func wakeChannelAndWaiters(key string) (channel, waiters string) {
+	var b strings.Builder
+	b.Grow(len(wakeChannelPrefix) + 2*len(key) + len("{}") + len(waitersSuffix))
+	b.WriteString(wakeChannelPrefix)
+	b.WriteString(key)
+	cut := b.Len()
+	writeSameSlotKey(&b, key, waitersSuffix)
+	both := b.String()
+	return both[:cut], both[cut:]
+}
 
 // releasedKey names key's marker: a sorted set of the tokens of leases
 // ForceRelease broke (forcetrace.go), and of the ids of scripted releases
@@ -51,7 +82,7 @@ func releasedKey(key string) string { return sameSlotKey(key, ".released") }
 // release of key and its waiters listen. ACL users need it among their
 // allowed channels (&pattern) for wake-ups; without it locks still work,
 // by polling.
-func WakeChannel(key string) string { return "setnxlock:released:" + key }
+func WakeChannel(key string) string { return wakeChannelPrefix + key }
 
 // ElectionKey returns the lock key candidates of the election name race
 // for: "{name}.election", or name plus ".election" when name has a Redis
@@ -74,7 +105,7 @@ func LeaderChannel(name string) string { return "setnxlock:leader:" + name }
 // librarySuffixes end the names of the keys the library keeps beside a
 // lock key (sameSlotKey): its queue, its release marker, its fence
 // counter, an election's record, a semaphore's count. None is a lock key.
-var librarySuffixes = []string{".waiters", ".released", ".fence", ".leader", ".permits"}
+var librarySuffixes = []string{waitersSuffix, ".released", ".fence", ".leader", ".permits"}
 
 // isLibraryKey reports whether key is named as one of the library's own
 // keys beside a lock key: one of librarySuffixes after a name with a

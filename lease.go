@@ -19,13 +19,28 @@ type lease struct {
 	ended     bool      // the Lock's life has ended: err says why
 
 	done       chan struct{} // closed by conclude or runOut once the end has been announced
-	moved      chan struct{} // nudges the keeper (keeper.go) when the end moves
+	moved      chan struct{} // guarded by mu: nudges the keeper (keeper.go) when the end moves; made when it starts, nil before
 	keeping    sync.Once
 	keeperDone chan struct{} // closed when the keeper goroutine has returned; nil if none started
 }
 
-func newLease(start, end time.Time) *lease {
-	return &lease{renewedAt: start, expiresAt: end, done: make(chan struct{}), moved: make(chan struct{}, 1)}
+// init sets up a zero lease, in place (newLock allocates it with its
+// Lock), as one that began at start and ends at end.
+func (s *lease) init(start, end time.Time) {
+	s.renewedAt, s.expiresAt = start, end
+	s.done = make(chan struct{})
+}
+
+// nudge wakes the keeper, if one has started, to look at the lease
+// again. A keeper that starts later looks at it first anyway.
+func (s *lease) nudge() {
+	s.mu.Lock()
+	moved := s.moved
+	s.mu.Unlock()
+	select {
+	case moved <- struct{}{}: // a nil channel, no keeper: never
+	default: // a nudge is already pending
+	}
 }
 
 // ends returns the end of the lease as Redis confirmed it, which a loss
@@ -66,10 +81,7 @@ func (s *lease) move(start, end time.Time) bool {
 	}
 	s.renewedAt, s.expiresAt = start, end
 	s.mu.Unlock()
-	select {
-	case s.moved <- struct{}{}:
-	default: // a nudge is already pending
-	}
+	s.nudge()
 	return true
 }
 

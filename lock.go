@@ -33,6 +33,23 @@ type Lock struct {
 	ending      *Event      // with a CallObserver, the event that announced its end: written before lease.done closes, read after
 }
 
+// lockAndLease is a Lock and its lease in one allocation: the lease lives
+// exactly as long as the Lock that points to it.
+type lockAndLease struct {
+	lock  Lock
+	lease lease
+}
+
+// newLock is a Lock of this Locker on key, won at now by the Locker's
+// clock, with a lease that began at start and ends at end, and its turn
+// free; the caller sets what it holds the key with.
+func (l *Locker) newLock(key string, start, end, now time.Time) *Lock {
+	both := &lockAndLease{lock: Lock{locker: l, key: key, op: make(chan struct{}, 1), acquiredAt: now}}
+	both.lease.init(start, end)
+	both.lock.lease = &both.lease
+	return &both.lock
+}
+
 // lockState is where a Lock is in its life: held (or orphaned, once
 // Orphan has stopped its renewals), then releasing once Release is called,
 // inDoubt while a Release that failed in transit may have deleted the key,

@@ -19,6 +19,7 @@ type Locker struct {
 	caps    capabilities // what the server and user still allow
 	single  bool         // the client is one server's (*redis.Client): the queue's PUBLISH counts are its own
 	handoff handoffs     // the Locker's subscription to keys handed to it (handoff.go)
+	args    lockerArgs   // arguments its options fix, boxed once (scriptcall.go)
 
 	election electionLocker // the Locker elections run on, made on first use (election.go)
 
@@ -54,6 +55,7 @@ func New(client redis.UniversalClient, opts ...Option) (*Locker, error) {
 // derived from it (elections.go).
 func newLocker(client redis.UniversalClient, cfg config) *Locker {
 	l := &Locker{client: client, cfg: cfg}
+	l.boxArgs()
 	l.handoff.id = newToken()
 	_, l.single = client.(*redis.Client)
 	if cfg.noScripts || cfg.classic {

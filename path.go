@@ -81,7 +81,8 @@ func (l *Locker) claimKey(ctx context.Context, key string, ours stamp) (c claimO
 		if ours, err = restamp(c.current, ours); err != nil {
 			return claimOutcome{}, fmt.Errorf("setnxlock: key %q: %w", key, err) // H7: the key is left untouched
 		}
-		restamped = &ours
+		wrote := ours // a copy: &ours would move ours to the heap on every claim
+		restamped = &wrote
 	}
 	return claimOutcome{}, nil
 }

@@ -144,17 +144,29 @@ const provisionalMark = ".0"
 // provisionalEnd is the end a provisional value written at now states, as
 // written: claimWindow later in Unix ms, and provisionalMark.
 func provisionalEnd(now time.Time) string {
-	return strconv.FormatInt(now.Add(claimWindow).UnixMilli(), 10) + provisionalMark
+	var buf [24]byte // the stack: the string is the one allocation
+	return string(appendProvisionalEnd(buf[:0], now))
+}
+
+// appendProvisionalEnd appends provisionalEnd(now) to b.
+func appendProvisionalEnd(b []byte, now time.Time) []byte {
+	return append(strconv.AppendInt(b, now.Add(claimWindow).UnixMilli(), 10), provisionalMark...)
 }
 
 // provisionalPrefix is a provisional value written at now without its
 // token: its end (provisionalEnd) and the value's separator. The scripts
 // read the end back from it, without its last byte (lua/protocol.lua).
-func provisionalPrefix(now time.Time) string { return provisionalEnd(now) + string(tokenSeparator) }
+func provisionalPrefix(now time.Time) string {
+	var buf [24]byte
+	return string(append(appendProvisionalEnd(buf[:0], now), tokenSeparator))
+}
 
 // provisionalValue is the value a release at now writes for the wait of
 // token: ours (formatValue), stating an end claimWindow later.
-func provisionalValue(now time.Time, token string) string { return provisionalPrefix(now) + token }
+func provisionalValue(now time.Time, token string) string {
+	var buf [64]byte // a token fits beside the end
+	return string(append(append(appendProvisionalEnd(buf[:0], now), tokenSeparator), token...))
+}
 
 // provisionalNet is how long the server keeps a provisional value: the
 // claim window and the releaser's grace (safetyNet). The waiter may hold
@@ -168,7 +180,7 @@ func (l *Locker) provisionalNet() time.Duration { return l.safetyNet(claimWindow
 // lua/protocol.lua takes as its first arguments, for a release or a leave
 // at now.
 func (l *Locker) appendProtocolArgs(args []any, now time.Time) []any {
-	return append(args, queueSeparator, handoffChannelPrefix, provisionalPrefix(now), l.provisionalNet().Milliseconds())
+	return append(args, queueSeparator, handoffChannelPrefix, provisionalPrefix(now), l.args.provisionalNet)
 }
 
 // queueTransport is one transport of the protocol: the steps a queued

@@ -38,12 +38,19 @@ var (
 )
 
 var (
-	acquireScript = redis.NewScript(acquireLua)
-	queuedScript  = redis.NewScript(valueLua + queuedLua)
-	claimScript   = redis.NewScript(valueLua + claimLua)
-	releaseScript = redis.NewScript(valueLua + ownedLua + protocolLua + handOnLua + releaseLua)
-	leaveScript   = redis.NewScript(valueLua + protocolLua + handOnLua + leaveLua)
+	acquireScript     = redis.NewScript(acquireLua)
+	acquireScriptCall = callOf(acquireScript, acquireLua) // how unqueuedClaim sends it (scriptcall.go)
+	queuedScript      = redis.NewScript(valueLua + queuedLua)
+	claimScript       = redis.NewScript(valueLua + claimLua)
+	releaseScript     = redis.NewScript(releaseSource)
+	leaveScript       = redis.NewScript(valueLua + protocolLua + handOnLua + leaveLua)
 )
+
+// releaseSource is release.lua with the parts it takes from the others.
+var releaseSource = valueLua + ownedLua + protocolLua + handOnLua + releaseLua
+
+// releaseCall is how runRelease sends releaseScript (scriptcall.go).
+var releaseCall = callOf(releaseScript, releaseSource)
 
 // scriptPath is the path of the scripts: an attempt's first step and a
 // release are one round trip each.
@@ -72,11 +79,16 @@ func failedOn(key string, err error) error {
 
 // unqueuedClaim is an unqueued attempt's first step: acquire.lua.
 func (p scriptPath) unqueuedClaim(ctx context.Context, key string, ours stamp) (claimOutcome, error) {
-	keys := []string{key}
+	numKeys := 1 // the key, and its fence counter
 	if p.l.cfg.fencing {
-		keys = append(keys, p.l.fenceCounter(key))
+		numKeys++
 	}
-	reply, err := acquireScript.Run(ctx, p.l.client, keys, ours.value, p.l.safetyNet(ours.length()).Milliseconds()).Slice()
+	args := append(acquireScriptCall.args(numKeys, numKeys+2), key) // one allocation
+	if p.l.cfg.fencing {
+		args = append(args, p.l.fenceCounter(key))
+	}
+	args = append(args, ours.value, p.l.netArg(ours.length()))
+	reply, err := acquireScriptCall.run(ctx, p.l.client, args).Slice()
 	if err != nil {
 		return claimOutcome{}, err
 	}
@@ -172,23 +184,35 @@ func (p scriptPath) releaseWith(ctx context.Context, k *Lock, handing bool) (boo
 // handoff as asked.
 func (l *Locker) runRelease(ctx context.Context, k *Lock, marking, handing bool) (bool, error) {
 	now := l.cfg.clock.Now()
-	keys := make([]string, 1, 3) // the key, its marker, its waiters: one allocation
-	keys[0] = k.key
-	channel, hand, markFor := "", any(""), int64(0)
-	if l.caps.allows(capPubSub) {
+	channel, waiters, hand, markFor := "", "", any(""), int64(0)
+	switch pubSub := l.caps.allows(capPubSub); {
+	case pubSub && handing:
+		channel, waiters = wakeChannelAndWaiters(k.key)
+	case pubSub:
 		channel = WakeChannel(k.key)
+	case handing:
+		waiters = waitersKey(k.key)
 	}
 	if marking {
 		markFor = max(k.lease.ends().Sub(now).Milliseconds(), 0) // the rest of the lease: a resend later finds it over anyway
 	}
+	numKeys := 1 // the key, its marker, its waiters
 	if markFor > 0 {
-		keys = append(keys, releasedKey(k.key))
+		numKeys++
 	}
 	if handing {
-		keys = append(keys, waitersKey(k.key))
-		hand = l.cfg.starvation.Microseconds()
+		numKeys++
+		hand = l.args.starvation
 	}
-	args := l.appendProtocolArgs(make([]any, 0, 11+len(k.maybe)), now) // one allocation
+	args := releaseCall.args(numKeys, numKeys+11+len(k.maybe)) // one allocation
+	args = append(args, k.key)
+	if markFor > 0 {
+		args = append(args, releasedKey(k.key))
+	}
+	if handing {
+		args = append(args, waiters)
+	}
+	args = l.appendProtocolArgs(args, now)
 	args = append(args, channel, now.UnixMicro(), hand, markFor, k.token)
 	if k.token == "" {
 		// This run's own id: what a resend recognises its work by, since a
@@ -198,7 +222,7 @@ func (l *Locker) runRelease(ctx context.Context, k *Lock, marking, handing bool)
 			args = append(args, v)
 		}
 	}
-	reply, err := releaseScript.Run(ctx, l.client, keys, args...).Slice()
+	reply, err := releaseCall.run(ctx, l.client, args).Slice()
 	if err != nil {
 		return false, err
 	}

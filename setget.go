@@ -31,7 +31,7 @@ func (l *Locker) claimBySetGet(ctx context.Context, key string, ours stamp) (c c
 	if l.cfg.fencing || !l.caps.allows(capSetGet) {
 		return claimOutcome{}, false, nil
 	}
-	cmd := redis.NewStringCmd(ctx, "set", key, ours.value, "nx", "px", l.safetyNet(ours.length()).Milliseconds(), "get")
+	cmd := redis.NewStringCmd(ctx, "set", key, ours.value, "nx", "px", l.netArg(ours.length()), "get")
 	_ = l.client.Process(ctx, cmd)
 	current, err := cmd.Result()
 	switch {

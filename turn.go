@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 )
 
@@ -93,8 +94,15 @@ func (k *Lock) takeTurn(ctx context.Context, verb string) error {
 func (k *Lock) inTakenTurn(body func() error, overdue func(err error) error) error {
 	returned := make(chan struct{})
 	defer close(returned) // drops the waits for the lease's end
-	result := make(chan error, 1)
+	result := turnResults.Get().(chan error)
 	go func() { result <- k.runInTurn(body) }()
+	// heard reads the body's answer, after which nothing writes to result:
+	// it goes back to turnResults. A result inTakenTurn returns without
+	// reading is left to the body, and to the collector.
+	heard := func(err error) error {
+		turnResults.Put(result)
+		return err
+	}
 	// answer is the body's word, unless it failed once the lease had run
 	// out by the clock, whoever declared that (this call, or the keeper
 	// watching the same end): then it is the loss, with the body's error.
@@ -110,7 +118,7 @@ func (k *Lock) inTakenTurn(body func() error, overdue func(err error) error) err
 	for {
 		select {
 		case err := <-result:
-			return answer(err)
+			return answer(heard(err))
 		case <-k.lease.done:
 			if over := k.Err(); over == nil || !errors.As(over, new(ranOut)) {
 				// Only a body in the Lock's turn ends its life other than by
@@ -118,11 +126,11 @@ func (k *Lock) inTakenTurn(body func() error, overdue func(err error) error) err
 				// released the lock or found it lost, and returns at once.
 				// Its answer, and the turn, are on their way: a call made
 				// right after this one finds the turn free.
-				return <-result // bounded: the body is past its round trip
+				return heard(<-result) // bounded: the body is past its round trip
 			}
 			select {
 			case err := <-result: // answered at the same instant
-				return answer(err)
+				return answer(heard(err))
 			default:
 				return overdue(nil)
 			}
@@ -131,6 +139,11 @@ func (k *Lock) inTakenTurn(body func() error, overdue func(err error) error) err
 		}
 	}
 }
+
+// turnResults holds the channels, each with room for one error, that
+// carry a body's answer back to inTakenTurn, empty and free for the next
+// call: the common path allocates none.
+var turnResults = sync.Pool{New: func() any { return make(chan error, 1) }}
 
 // runInTurn runs body in the turn the caller took, and gives the turn
 // back when body returns.
