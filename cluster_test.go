@@ -55,6 +55,7 @@ var clusterScenarios = []struct {
 	{"at most one holder is ever inside the critical section", clusterMutualExclusion},
 	{"an election keeps its lock, term counter and record on the master of its name's slot", clusterElection},
 	{"ScanStatus lists the locks of every master", clusterScanStatus},
+	{"a semaphore's permits, count and fence counter share one slot", clusterSemaphore},
 }
 
 // clusterBackend is the shared cluster as one scenario sees it.
@@ -471,4 +472,40 @@ func clusterScanStatus(t *testing.T, c *clusterBackend) {
 		assert.Equal(t, DefaultIdentity(), s.Identity, s.Key)
 	}
 	assert.Equal(t, want, keys)
+}
+
+func clusterSemaphore(t *testing.T, c *clusterBackend) {
+	for _, name := range []string{"gpu", "{tenant}.gpu"} {
+		slot := c.slot(t, PermitsKey(name))
+		for _, key := range []string{PermitKey(name, 0), PermitKey(name, 1), FenceKey(PermitsKey(name))} {
+			require.Equal(t, slot, c.slot(t, key), "%s: %s is in the count's slot", name, key)
+		}
+		sem := func() *Semaphore { return semaphoreOf(t, c.locker(t, WithFencing()), name, 2) }
+		first, err := sem().TryAcquire(ctx)
+		require.NoError(t, err)
+		second, err := sem().Acquire(ctx)
+		require.NoError(t, err)
+		_, err = sem().TryAcquire(ctx)
+		require.ErrorIs(t, err, ErrNotAcquired, "%s: both permits are held", name)
+		assert.Less(t, first.FencingToken(), second.FencingToken(), "%s: one counter for both permits", name)
+
+		waiter := sem()
+		got := make(chan *Lock, 1)
+		go func() {
+			lock, err := waiter.Acquire(await.Context(t))
+			assert.NoError(t, err)
+			got <- lock
+		}()
+		status, err := sem().Status(ctx)
+		require.NoError(t, err)
+		assert.Equal(t, 2, status.Permits, name)
+		assert.Len(t, status.Holders, 2, name)
+		require.NoError(t, first.Release(ctx))
+		third := await.Recv(t, got, "%s: the waiter's permit", name)
+		require.NotNil(t, third)
+		assert.Equal(t, first.Key(), third.Key(), name)
+		assert.Less(t, second.FencingToken(), third.FencingToken(), name)
+		require.NoError(t, third.Release(ctx))
+		require.NoError(t, second.Release(ctx))
+	}
 }
