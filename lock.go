@@ -184,18 +184,20 @@ func (l *Locker) deleteIfOwned(ctx context.Context, k *Lock) (deleted bool, err 
 // callable refuses, before any round trip, a call on a released lock or with
 // a context that has already ended. The caller holds the op slot.
 func (k *Lock) callable(ctx context.Context, verb string) error {
-	switch k.state.load() {
-	case released:
+	state := k.state.load()
+	if state == released {
 		return fmt.Errorf("%w: %q was already released", ErrNotHeld, k.key)
-	case inDoubt:
-		if k.token == "" {
-			// A bare value cannot tell our lease from a successor's written
-			// in the same millisecond (or second): if the Release whose
-			// reply was lost deleted the key, another Release or a Refresh
-			// might hit the successor's identical value (H3). Leave the key
-			// to its expiry.
-			return k.finish(released, fmt.Errorf("%w: %q: an earlier Release may have deleted it; without an owner token the key is left to expire", ErrNotHeld, k.key))
-		}
+	}
+	if (state == inDoubt || k.releaseInDoubt) && k.token == "" {
+		// A bare value cannot tell our lease from a successor's written
+		// in the same millisecond (or second): if the Release whose
+		// reply was lost deleted the key, another Release or a Refresh
+		// might hit the successor's identical value (H3). Leave the key
+		// to its expiry. releaseInDoubt, not only the state: the lease's
+		// end, declared meanwhile, moves the state to lost, and the
+		// courtesy delete of a lost lock's value must not follow (the
+		// fuzz input testdata/fuzz/FuzzOperationSequences/a425f4ecdb399ec3).
+		return k.finish(released, fmt.Errorf("%w: %q: an earlier Release may have deleted it; without an owner token the key is left to expire", ErrNotHeld, k.key))
 	}
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("setnxlock: %s %q: %w", verb, k.key, err)
