@@ -431,4 +431,3 @@ func clusterGroup(t *testing.T, c *clusterBackend) {
 	require.NoError(t, err)
 	require.NoError(t, again.Release(ctx))
 }
-
