@@ -13,6 +13,7 @@ import (
 
 	"github.com/setnxlock/setnxlock/internal/await"
 	"github.com/setnxlock/setnxlock/internal/faultproxy"
+	"github.com/setnxlock/setnxlock/internal/redistest"
 )
 
 // Several keys at once (acquiremany.go, group.go, groupwait.go): all of
@@ -430,4 +431,36 @@ func clusterGroup(t *testing.T, c *clusterBackend) {
 	again, err := l.AcquireMany(await.Context(t), keys...)
 	require.NoError(t, err)
 	require.NoError(t, again.Release(ctx))
+}
+
+// WithReplicas: a group is granted once the replica has every key, and a
+// renewal once it has every renewed key; on a server without replicas the
+// group is undone, whole, and AcquireMany says why it never got it (H9).
+func TestGroupWithReplicas(t *testing.T) {
+	r := startReplicated(t)
+	keys := []string{"m.rep.a", "m.rep.b"}
+	lock, err := r.locker(t).TryAcquireMany(ctx, keys...)
+	require.NoError(t, err)
+	for _, key := range keys {
+		assert.Equal(t, lock.value, r.onReplicaValue(t, key), "the replica had %s when the group was granted", key)
+	}
+	r.clock.Advance(time.Second)
+	require.NoError(t, lock.Refresh(ctx, 10*time.Second))
+	for _, key := range keys {
+		assert.Equal(t, lock.value, r.onReplicaValue(t, key), "and each renewal of %s", key)
+	}
+	require.NoError(t, lock.Release(ctx))
+
+	b := newBackend(t, "redis-server", redistest.Start(t).Addr()) // no replicas
+	l := b.locker(t, WithReplicas(1, 20*time.Millisecond))
+	_, err = l.TryAcquireMany(ctx, keys...)
+	require.ErrorIs(t, err, ErrNotReplicated)
+	assert.Equal(t, allMissing(2), b.groupValues(t, keys...), "the group is not left behind")
+	waitCtx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel()
+	_, err = l.AcquireMany(waitCtx, keys...)
+	assert.ErrorIs(t, err, ErrNotAcquired)
+	assert.ErrorIs(t, err, context.DeadlineExceeded)
+	assert.ErrorIs(t, err, ErrNotReplicated, "AcquireMany says why it never got the group")
+	assert.Equal(t, allMissing(2), b.groupValues(t, keys...))
 }
