@@ -2,7 +2,6 @@ package setnxlock
 
 import (
 	"context"
-	"errors"
 	"time"
 )
 
@@ -50,16 +49,7 @@ func (l *Locker) AcquireMany(ctx context.Context, keys ...string) (lock *Lock, e
 		if err == nil {
 			return lock, nil
 		}
-		if errors.Is(err, ErrNotReplicated) {
-			notReplicated = err
-		}
-		if ctxErr := ctx.Err(); ctxErr != nil {
-			if notReplicated != nil {
-				err = notReplicated
-			}
-			return nil, contextEnded(firstKey(keys), ctxErr, err)
-		}
-		if !retryable(err) {
+		if err := attemptFailed(ctx, firstKey(keys), err, &notReplicated); err != nil {
 			return nil, err
 		}
 		if acq.wait == WaitNone {

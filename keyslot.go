@@ -19,7 +19,7 @@ func keySlot(key string) int {
 
 // hashTag returns the part of key Redis Cluster hashes: the bytes between
 // the first '{' and the first '}' after it when there is at least one,
-// else the whole key (hasHashTag states the same rule).
+// else the whole key. A tag is always shorter than its key (hasHashTag).
 func hashTag(key string) string {
 	open := strings.IndexByte(key, '{')
 	if open < 0 {
