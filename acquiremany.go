@@ -75,7 +75,8 @@ func firstKey(keys []string) string {
 
 // checkGroup refuses, before anything is written, a group the transaction
 // could not lock as one: no keys, an empty or repeated key, a key of the
-// library's own (isLibraryKey), or on a Cluster keys in different slots.
+// library's own (isLibraryKey), or on a Cluster keys (or, with fencing,
+// their counters) in different slots.
 func (l *Locker) checkGroup(keys []string) error {
 	if len(keys) == 0 {
 		return fmt.Errorf("%w: no keys", ErrInvalidArgument)
@@ -94,8 +95,10 @@ func (l *Locker) checkGroup(keys []string) error {
 		seen[key] = struct{}{}
 	}
 	if _, cluster := l.client.(*redis.ClusterClient); cluster {
+		// The fence counters are watched with the keys: a key with '}'
+		// outside a hash tag has its counter in another slot (FenceKey).
 		slot := keySlot(keys[0])
-		for _, key := range keys[1:] {
+		for _, key := range slices.Concat(keys[1:], l.groupCounters(keys)) {
 			if other := keySlot(key); other != slot {
 				return fmt.Errorf("%w: %q is in slot %d, %q in slot %d", ErrCrossSlot, keys[0], slot, key, other)
 			}

@@ -414,6 +414,9 @@ func clusterGroup(t *testing.T, c *clusterBackend) {
 		assert.Equal(t, "<missing>", v, "nothing written to %s", key)
 	}
 
+	_, err = l.TryAcquireMany(ctx, "x}y")
+	require.ErrorIs(t, err, ErrCrossSlot, "a key whose fence counter is in another slot (FenceKey)")
+
 	keys := []string{"{order7}.stock", "{order7}.payment"}
 	lock, err := l.TryAcquireMany(ctx, keys...)
 	require.NoError(t, err)
