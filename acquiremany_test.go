@@ -3,6 +3,7 @@ package setnxlock
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -105,6 +106,41 @@ func TestAcquireManyTakesOverExpiredMembers(t *testing.T) {
 		assert.Equal(t, tokenOf(values[0]), lock.token)
 		require.NoError(t, lock.Release(ctx))
 		require.ErrorIs(t, crashed.Release(ctx), ErrNotHeld, "the crashed holder's late release touches nothing")
+
+		// A crashed group: each member is a classic lock value, which a
+		// single-key locker takes over once the group's lease is over.
+		group, err := b.locker(t, p.opt).TryAcquireMany(ctx, "m.a", "m.b")
+		require.NoError(t, err)
+		_, err = l.TryAcquire(ctx, "m.b")
+		require.ErrorIs(t, err, ErrNotAcquired)
+		b.clock.Set(group.ExpiresAt())
+		single, err := l.TryAcquire(ctx, "m.b")
+		require.NoError(t, err, "a crashed group's member is taken over alone")
+		require.NoError(t, single.Release(ctx))
+		again, err := l.TryAcquireMany(ctx, "m.b", "m.a")
+		require.NoError(t, err, "and the rest of it with a group")
+		require.NoError(t, again.Release(ctx))
+	})
+}
+
+// The classic clients' bare timestamps: the group writes one bare value
+// to every key, and releases and renews only that exact value (H3).
+func TestGroupInABareFormat(t *testing.T) {
+	onEachPath(t, func(t *testing.T, b *backend, p lockPath) {
+		l := b.locker(t, p.opt, WithFormat(UnixSeconds))
+		lock, err := l.TryAcquireMany(ctx, "m.a", "m.b")
+		require.NoError(t, err)
+		values := b.groupValues(t, "m.a", "m.b")
+		assert.Equal(t, strconv.FormatInt(b.start.Add(11*time.Second).Unix(), 10), values[0], "the page's now + timeout + 1")
+		assert.Equal(t, values[0], values[1])
+		b.clock.Advance(2 * time.Second)
+		require.NoError(t, lock.Refresh(ctx, 10*time.Second))
+		renewed := b.groupValues(t, "m.a", "m.b")
+		assert.NotEqual(t, values, renewed)
+		assert.Equal(t, renewed[0], renewed[1])
+		require.NoError(t, b.raw.Set(ctx, "m.b", values[0], 0).Err()) // an older value, as another client's would be
+		require.ErrorIs(t, lock.Release(ctx), ErrNotHeld)
+		assert.Equal(t, []string{"<missing>", values[0]}, b.groupValues(t, "m.a", "m.b"), "only our exact value deleted")
 	})
 }
 
@@ -218,15 +254,22 @@ func TestAcquireManyAndQueuedWaitersWakeEachOther(t *testing.T) {
 		single := await.Recv(t, got, "the queued waiter after the group's release")
 		require.NotNil(t, single)
 
+		waiting := make(chan struct{})
+		var once sync.Once
+		groupWaiter := b.locker(t, p.opt, WithObserver(ObserverFunc(func(e Event) {
+			if e.Kind == EventWaiting {
+				once.Do(func() { close(waiting) })
+			}
+		})))
 		waited := make(chan error, 1)
 		go func() {
-			lock, err := l.AcquireMany(await.Context(t), "m.a", "m.b")
+			lock, err := groupWaiter.AcquireMany(await.Context(t), "m.a", "m.b")
 			if err == nil {
 				err = lock.Release(ctx)
 			}
 			waited <- err
 		}()
-		time.Sleep(20 * time.Millisecond) // not an assertion: give the group time to start waiting
+		await.Recv(t, waiting, "the group waiting on m.b")
 		require.NoError(t, single.Release(ctx))
 		require.NoError(t, await.Recv(t, waited, "the group's wait after the single holder's release"))
 	})
