@@ -428,6 +428,50 @@ func TestGroupIsAllOrNoneUnderALostExecReply(t *testing.T) {
 	})
 }
 
+// H5 when the undo fails too: the group's value stays on its keys, and
+// the next attempt at a group recognises it instead of waiting it out; an
+// AcquireMany that gives up deletes it.
+func TestGroupRecognisesItsLostWriteWhoseUndoFailed(t *testing.T) {
+	keys := []string{"m.a", "m.b"}
+	onEachBackend(t, func(t *testing.T, b *backend) {
+		px := faultproxy.Start(t, b.addr)
+		l := b.classicLockerOn(t, b.clientThrough(t, px))
+		// The group's EXEC (after the Locker's empty check of MULTI), and
+		// the GETs after the group's own two: the undo's.
+		px.LoseReplies(func(command string, nth int) bool {
+			return command == "exec" && nth == 2 || command == "get" && nth > 2
+		})
+		_, err := l.TryAcquireMany(ctx, keys...)
+		require.Error(t, err)
+		ours := b.value(t, "m.a")
+		require.NotEqual(t, "<missing>", ours, "the EXEC applied")
+		assert.Equal(t, []string{ours, ours}, b.groupValues(t, keys...))
+		_, err = b.locker(t).TryAcquire(ctx, "m.b")
+		require.ErrorIs(t, err, ErrNotAcquired, "held for everyone else")
+
+		px.LoseReplies(nil)
+		lock, err := l.TryAcquireMany(ctx, keys...)
+		require.NoError(t, err, "our own lost write is recognised")
+		require.NotEqual(t, ours, b.value(t, "m.a"), "and overwritten, under the watch")
+		require.NoError(t, lock.Release(ctx))
+
+		execs, gets := px.Count("exec"), px.Count("get")
+		px.LoseReplies(func(command string, nth int) bool {
+			return command == "exec" && nth == execs+1 || command == "get" && nth > gets+2
+		})
+		_, err = l.TryAcquireMany(ctx, keys...)
+		require.Error(t, err)
+		ours = b.value(t, "m.a")
+		require.Equal(t, []string{ours, ours}, b.groupValues(t, keys...), "lost again, undo failed again")
+		px.LoseReplies(nil)
+		ended, cancel := context.WithCancel(ctx)
+		cancel()
+		_, err = l.AcquireMany(ended, keys...)
+		require.ErrorIs(t, err, context.Canceled)
+		assert.Equal(t, allMissing(2), b.groupValues(t, keys...), "an AcquireMany that gives up deletes the write nobody will claim")
+	})
+}
+
 // The slot a Cluster hashes a key to: CRC16/XMODEM's check value, and
 // CLUSTER KEYSLOT's answers (the Cluster scenario asks a real one).
 func TestKeySlotIsRedisClusters(t *testing.T) {
