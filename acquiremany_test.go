@@ -484,6 +484,9 @@ func TestKeySlotIsRedisClusters(t *testing.T) {
 		assert.Equal(t, slot, keySlot(key), key)
 	}
 	assert.NotEqual(t, keySlot("{}x"), keySlot("x"), "an empty tag is no tag")
+	for _, key := range []string{"lock.report", "{user42}.lock", "a{b}c{d}", "odd{}key", "open{only", "lock:{}:{x}:y", "{}{real}.lock2", ""} {
+		assert.EqualValues(t, clusterSlot(key), keySlot(key), "%q: as fencing_test.go's independent clusterSlot", key)
+	}
 }
 
 // A Cluster client refuses keys in different slots before anything is
