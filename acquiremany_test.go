@@ -2,6 +2,7 @@ package setnxlock
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"sync"
@@ -556,4 +557,68 @@ func TestGroupWithReplicas(t *testing.T) {
 	assert.ErrorIs(t, err, context.DeadlineExceeded)
 	assert.ErrorIs(t, err, ErrNotReplicated, "AcquireMany says why it never got the group")
 	assert.Equal(t, allMissing(2), b.groupValues(t, keys...))
+}
+
+// Groups and single-key lockers on the same keys, on every path, with
+// holders that crash now and then (their leases run out and are taken
+// over, one key or a group at a time): never two holders of a key, each
+// counted only while its own lease is live (H8).
+func TestGroupsAndSingleKeysWithCrashesNeverOverlap(t *testing.T) {
+	const workers, cycles = 6, 8
+	keys := []string{"m.a", "m.b", "m.c"}
+	wants := [][]string{{"m.a", "m.b", "m.c"}, {"m.c", "m.a"}, {"m.b"}, {"m.c", "m.b"}, {"m.a"}, {"m.c"}}
+	onEachPath(t, func(t *testing.T, b *backend, p lockPath) {
+		sections := map[string]*criticalSection{}
+		for _, key := range keys {
+			sections[key] = &criticalSection{}
+		}
+		waitCtx := await.Context(t)
+		var wg sync.WaitGroup
+		var crashes atomic.Int32
+		for w := range workers {
+			l := b.locker(t, p.opt, WithClock(systemClock{}), WithTTL(150*time.Millisecond), WithBackoff(100*time.Microsecond, 2*time.Millisecond))
+			want := wants[w]
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for cycle := range cycles {
+					var lock *Lock
+					var err error
+					if len(want) == 1 {
+						lock, err = l.Acquire(waitCtx, want[0])
+					} else {
+						lock, err = l.AcquireMany(waitCtx, want...)
+					}
+					if !assert.NoError(t, err) {
+						return
+					}
+					body := func() { time.Sleep(200 * time.Microsecond) }
+					for _, key := range lock.Keys() {
+						inner, cs := body, sections[key]
+						body = func() { cs.hold(lock, systemClock{}, inner) }
+					}
+					body()
+					if (w+cycle)%5 == 4 {
+						crashes.Add(1)
+						continue // the holder dies: its lease must run out first
+					}
+					err = lock.Release(waitCtx)
+					if errors.Is(err, ErrNotHeld) && expired(lock.ExpiresAt(), time.Now()) {
+						continue // it overran its lease: not counted (H8)
+					}
+					if !assert.NoError(t, err) {
+						return
+					}
+				}
+			}()
+		}
+		await.Group(t, &wg, "the workers (a group or a key never freed)")
+		for _, key := range keys {
+			counted, overran := sections[key].counted()
+			assert.LessOrEqual(t, sections[key].most(), 1, "%s: two holders at once", key)
+			assert.Positive(t, counted, key)
+			t.Logf("%s: %d sections, %d overran", key, counted, overran)
+		}
+		t.Logf("%d holders crashed", crashes.Load())
+	})
 }
