@@ -54,7 +54,10 @@ import (
 // (FenceKey, ...); on a Redis Cluster (a *redis.ClusterClient) they must
 // hash to one slot (ErrCrossSlot; give them one hash tag). Bad input
 // returns ErrInvalidArgument and writes nothing. Groups are never queued
-// for (see AcquireMany).
+// for (see AcquireMany). Every path takes a group with WATCH/MULTI/EXEC,
+// no script: a server or user that refuses MULTI gets ErrNoTransactions.
+// Each key holds an ordinary lock value, which single-key lockers see
+// held, and take over once the group's lease is over.
 func (l *Locker) TryAcquireMany(ctx context.Context, keys ...string) (*Lock, error) {
 	ctx, end := l.beginCall(ctx, CallTryAcquire, firstKey(keys))
 	acq := l.newAcquireCall()
