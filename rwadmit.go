@@ -85,8 +85,9 @@ func (rw *RWLock) admitOnce(ctx context.Context, holder *Lock, key, id string, o
 		if refused := rw.admissible(get, queued, holder); refused != nil {
 			return errors.Join(refused, unwatch(ctx, tx))
 		}
+		var set *redis.StatusCmd
 		cmds, err := tx.TxPipelined(ctx, func(pipe redis.Pipeliner) error {
-			pipe.Set(ctx, key, ours.value, 0)
+			set = pipe.Set(ctx, key, ours.value, 0)
 			pipe.PExpire(ctx, key, l.safetyNet(ours.length()))
 			pipe.SAdd(ctx, ReadersKey(rw.name), id)
 			if l.cfg.fencing {
@@ -94,6 +95,9 @@ func (rw *RWLock) admitOnce(ctx context.Context, holder *Lock, key, id string, o
 			}
 			return nil
 		})
+		if set.Err() == nil && incr != nil && isReplyError(incr.Err()) {
+			return nil // the EXEC ran, and its INCR failed: admit undoes the reader (H7)
+		}
 		return withCause(cmds, err)
 	})
 	return incr, err

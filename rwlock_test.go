@@ -2,6 +2,7 @@ package setnxlock
 
 import (
 	"context"
+	"errors"
 	"math/rand/v2"
 	"runtime"
 	"sync"
@@ -80,6 +81,62 @@ func (s *rwSections) check() (writerOverlaps, mostReaders int) {
 	return writerOverlaps, mostReaders
 }
 
+// rwContend runs workers that share the given Lockers round-robin, each
+// taking the read/write lock "doc" cycles times, as a writer one time in
+// four; crash decides whether a holder abandons its lock instead of
+// releasing it. Inside each section it checks that no writer is beside
+// another holder.
+func rwContend(t *testing.T, lockers []*Locker, workers, cycles int, crash func() bool) *rwSections {
+	t.Helper()
+	var s rwSections
+	var writers, readers atomic.Int64
+	var wg sync.WaitGroup
+	waitCtx := await.Context(t)
+	for w := range workers {
+		rw := rwOf(t, lockers[w%len(lockers)], "doc")
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range cycles {
+				writer := rand.IntN(4) == 0
+				take, count := rw.RLock, &readers
+				if writer {
+					take, count = rw.Lock, &writers
+				}
+				lock, err := take(waitCtx)
+				if !assert.NoError(t, err) {
+					return
+				}
+				s.hold(lock, writer, func() {
+					count.Add(1)
+					if writer {
+						assert.Equal(t, int64(1), writers.Load(), "two writers at once")
+						assert.Zero(t, readers.Load(), "a writer beside a reader")
+					} else {
+						assert.Zero(t, writers.Load(), "a reader beside a writer")
+					}
+					runtime.Gosched()
+					time.Sleep(time.Duration(rand.IntN(2000)) * time.Microsecond)
+					count.Add(-1)
+				})
+				if crash() {
+					continue // the holder dies: its lease must run out first
+				}
+				err = lock.Release(waitCtx)
+				if errors.Is(err, ErrNotHeld) && expired(lock.ExpiresAt(), time.Now()) {
+					continue // it overran its lease: not counted (H8)
+				}
+				assert.NoError(t, err)
+			}
+		}()
+	}
+	await.Group(t, &wg, "the read/write lock's workers")
+	overlaps, most := s.check()
+	t.Logf("%d sections, %d overran their lease; at most %d readers at once", len(s.sections), s.overran, most)
+	assert.Zero(t, overlaps, "a writer's section overlapped another holder's")
+	return &s
+}
+
 func TestRWLockNeverAWriterBesideAnotherHolder(t *testing.T) {
 	const workers, lockers, cycles = 8, 3, 12
 	onEachPath(t, func(t *testing.T, b *backend, p lockPath) {
@@ -87,51 +144,43 @@ func TestRWLockNeverAWriterBesideAnotherHolder(t *testing.T) {
 		for i := range ls {
 			ls[i] = b.locker(t, p.opt, WithClock(systemClock{}), WithBackoff(100*time.Microsecond, 2*time.Millisecond))
 		}
-		var s rwSections
-		var writers, readers atomic.Int64
-		var wg sync.WaitGroup
-		waitCtx := await.Context(t)
-		for w := range workers {
-			rw := rwOf(t, ls[w%lockers], "doc")
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for range cycles {
-					writer := rand.IntN(4) == 0
-					take := rw.RLock
-					if writer {
-						take = rw.Lock
-					}
-					lock, err := take(waitCtx)
-					if !assert.NoError(t, err) {
-						return
-					}
-					s.hold(lock, writer, func() {
-						if writer {
-							assert.Equal(t, int64(1), writers.Add(1), "two writers at once")
-							assert.Zero(t, readers.Load(), "a writer beside a reader")
-						} else {
-							readers.Add(1)
-							assert.Zero(t, writers.Load(), "a reader beside a writer")
-						}
-						runtime.Gosched()
-						time.Sleep(time.Duration(rand.IntN(2000)) * time.Microsecond)
-						if writer {
-							writers.Add(-1)
-						} else {
-							readers.Add(-1)
-						}
-					})
-					assert.NoError(t, lock.Release(waitCtx))
-				}
-			}()
-		}
-		await.Group(t, &wg, "the read/write lock's workers")
-		overlaps, most := s.check()
-		t.Logf("%d sections, %d overran their lease; at most %d readers at once", len(s.sections), s.overran, most)
-		assert.Zero(t, overlaps, "a writer's section overlapped another holder's")
+		rwContend(t, ls, workers, cycles, func() bool { return false })
 		assert.Equal(t, "<missing>", b.value(t, WriterKey("doc")), "the writer key is released")
 		assert.Zero(t, b.raw.Exists(ctx, ReadersKey("doc")).Val(), "every reader took itself off the list")
+	})
+}
+
+// Holders crash now and then, readers and writers: their leases run out,
+// crashed readers are pruned by writers, crashed writers taken over, and
+// no writer is ever beside another holder.
+func TestRWLockRecoversCrashesUnderContention(t *testing.T) {
+	const workers, lockers, cycles = 8, 3, 12
+	onEachBackend(t, func(t *testing.T, b *backend) {
+		ls := make([]*Locker, lockers)
+		for i := range ls {
+			ls[i] = b.locker(t, WithClock(systemClock{}), WithTTL(150*time.Millisecond), WithBackoff(100*time.Microsecond, 2*time.Millisecond))
+		}
+		var crashes atomic.Int64
+		rwContend(t, ls, workers, cycles, func() bool {
+			if rand.IntN(15) == 0 {
+				crashes.Add(1)
+				return true
+			}
+			return false
+		})
+		t.Logf("%d crashed holders recovered", crashes.Load())
+	})
+}
+
+// With fencing, a fence counter that is not an integer (H7) refuses the
+// reader, and its reader key is undone.
+func TestRWLockReaderRefusedByAForeignFenceCounter(t *testing.T) {
+	onEachPath(t, func(t *testing.T, b *backend, p lockPath) {
+		b.set(t, FenceKey(WriterKey("doc")), "garbage")
+		_, err := rwOf(t, b.locker(t, p.opt, WithFencing()), "doc").TryRLock(ctx)
+		assert.ErrorIs(t, err, ErrNotLockValue)
+		assert.Empty(t, b.raw.Keys(ctx, ReaderKey("doc", "*")).Val(), "the reader key was undone")
+		assert.Equal(t, "garbage", b.value(t, FenceKey(WriterKey("doc"))))
 	})
 }
 
@@ -461,5 +510,23 @@ func TestRWLockLeavesForeignValuesAlone(t *testing.T) {
 		assert.ErrorIs(t, err, ErrNotLockValue)
 		assert.Equal(t, "garbage", b.value(t, ReaderKey("doc", "x")))
 		assert.Equal(t, "<missing>", b.value(t, WriterKey("doc")), "the blocked writer gave its key back")
+	})
+}
+
+// A reader that waited in the writer key's queue converts only while the
+// key still holds its own value: had its lease ended and a writer taken
+// the key over, the reader is refused and writes nothing.
+func TestRWLockConvertsOnlyWhileItHoldsItsPlaceInLine(t *testing.T) {
+	onEachPath(t, func(t *testing.T, b *backend, p lockPath) {
+		l := b.locker(t, p.opt)
+		held, err := l.TryAcquire(ctx, WriterKey("doc"))
+		require.NoError(t, err)
+		b.clock.Set(held.ExpiresAt().Add(l.cfg.skewMargin + time.Millisecond))
+		other, err := b.locker(t, p.opt).TryAcquire(ctx, WriterKey("doc"))
+		require.NoError(t, err, "a writer took the expired key over")
+		_, err = rwOf(t, l, "doc").admit(ctx, held)
+		assert.ErrorIs(t, err, ErrNotAcquired, "a reader converted beside a writer")
+		assert.Zero(t, b.raw.Exists(ctx, ReadersKey("doc")).Val(), "the refused reader wrote nothing")
+		require.NoError(t, other.Release(ctx))
 	})
 }
