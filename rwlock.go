@@ -120,8 +120,12 @@ func (rw *RWLock) TryRLock(ctx context.Context) (*Lock, error) {
 // ctx.Err().
 func (rw *RWLock) RLock(ctx context.Context) (*Lock, error) {
 	l, writer := rw.locker, WriterKey(rw.name)
+	var held *Lock // the writer key, while a reader that waited in line converts
 	for {
-		lock, err := rw.admit(ctx, nil)
+		lock, err := rw.admit(ctx, held)
+		if held != nil {
+			rw.giveUp(ctx, held) // hands the writer key to the next in line
+		}
 		switch {
 		case err == nil:
 			return lock, nil
@@ -129,20 +133,12 @@ func (rw *RWLock) RLock(ctx context.Context) (*Lock, error) {
 			return nil, contextEnded(writer, ctx.Err(), err)
 		case !retryable(err):
 			return nil, err
+		case held != nil:
+			held = nil // its place in line was lost: look again
+			continue
 		}
 		// Refused: wait in line with the writers, then convert.
-		held, err := l.Acquire(ctx, writer)
-		if err != nil {
-			return nil, err
-		}
-		lock, err = rw.admit(ctx, held)
-		rw.giveUp(ctx, held) // hands the writer key to the next in line
-		switch {
-		case err == nil:
-			return lock, nil
-		case ctx.Err() != nil:
-			return nil, contextEnded(writer, ctx.Err(), err)
-		case !retryable(err):
+		if held, err = l.Acquire(ctx, writer); err != nil {
 			return nil, err
 		}
 	}

@@ -44,10 +44,7 @@ type rwSection struct {
 }
 
 func (s *rwSections) hold(lock *Lock, writer bool, body func()) {
-	entered, from := time.Now(), time.Now()
-	body()
-	to, exited := time.Now(), time.Now()
-	live := entered.Before(lock.ExpiresAt()) && exited.Before(lock.ExpiresAt())
+	from, to, live := heldThrough(lock, systemClock{}, body)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if !live {
@@ -156,18 +153,8 @@ func TestRWLockNeverAWriterBesideAnotherHolder(t *testing.T) {
 func TestRWLockRecoversCrashesUnderContention(t *testing.T) {
 	const workers, lockers, cycles = 8, 3, 12
 	onEachBackend(t, func(t *testing.T, b *backend) {
-		ls := make([]*Locker, lockers)
-		for i := range ls {
-			ls[i] = b.locker(t, WithClock(systemClock{}), WithTTL(150*time.Millisecond), WithBackoff(100*time.Microsecond, 2*time.Millisecond))
-		}
 		var crashes atomic.Int64
-		rwContend(t, ls, workers, cycles, func() bool {
-			if rand.IntN(15) == 0 {
-				crashes.Add(1)
-				return true
-			}
-			return false
-		})
+		rwContend(t, crashingLockers(t, b, lockers), workers, cycles, crashOneIn(15, &crashes))
 		t.Logf("%d crashed holders recovered", crashes.Load())
 	})
 }
