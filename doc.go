@@ -118,7 +118,8 @@
 // transaction watched on the writer key and its queue (rwadmit.go), or,
 // refused, waits in the writer key's queue with the writers and converts
 // once it holds the key, so that readers and writers are served in one
-// arrival order and no reader passes a waiting writer.
+// arrival order and no reader passes a waiting writer; rwstatus.go reads
+// its writer, queue and readers (Status).
 //
 // Leader election rides on the lock: a candidate leads while it holds the
 // lock on ElectionKey(name), taken with a fencing token (its term) and

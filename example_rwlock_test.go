@@ -83,3 +83,19 @@ func ExampleRWLock_Lock() {
 	// Output:
 	// the writer got in: <nil>
 }
+
+// Status tells who holds the lock: the writer, the live readers and who
+// waits, without writing anything.
+func ExampleRWLock_Status() {
+	client, done := newClient()
+	defer done()
+	locker, _ := setnxlock.New(client, setnxlock.WithIdentity("report-builder"))
+	prices, _ := locker.RWLock("prices")
+
+	reader, _ := prices.RLock(context.Background())
+	status, _ := prices.Status(context.Background())
+	fmt.Println("writer:", status.Writer.Held, "readers:", len(status.Readers), status.Readers[0].Identity)
+	_ = reader.Release(context.Background())
+	// Output:
+	// writer: false readers: 1 report-builder
+}

@@ -517,3 +517,41 @@ func TestRWLockConvertsOnlyWhileItHoldsItsPlaceInLine(t *testing.T) {
 		require.NoError(t, other.Release(ctx))
 	})
 }
+
+// Status reads the writer, its queue and the live readers, writing
+// nothing.
+func TestRWLockStatusReadsWriterAndReaders(t *testing.T) {
+	onEachPath(t, func(t *testing.T, b *backend, p lockPath) {
+		rw := rwOf(t, b.locker(t, p.opt, WithIdentity("reports-1")), "doc")
+		status, err := rw.Status(ctx)
+		require.NoError(t, err)
+		assert.False(t, status.Writer.Held)
+		assert.Empty(t, status.Readers)
+		assert.Zero(t, b.raw.DBSize(ctx).Val(), "Status wrote nothing")
+
+		r1, err := rw.TryRLock(ctx)
+		require.NoError(t, err)
+		r2, err := rw.TryRLock(ctx)
+		require.NoError(t, err)
+		status, err = rw.Status(ctx)
+		require.NoError(t, err)
+		assert.Equal(t, "doc", status.Name)
+		assert.False(t, status.Writer.Held)
+		require.Len(t, status.Readers, 2)
+		assert.ElementsMatch(t, []string{r1.Key(), r2.Key()}, []string{status.Readers[0].Key, status.Readers[1].Key})
+		for _, reader := range status.Readers {
+			assert.Equal(t, "reports-1", reader.Identity)
+			assert.True(t, r1.ExpiresAt().Equal(reader.ExpiresAt), "%s ends when its lease does", reader.Key)
+		}
+		require.NoError(t, r1.Release(ctx))
+		require.NoError(t, r2.Release(ctx))
+
+		w, err := rw.TryLock(ctx)
+		require.NoError(t, err)
+		status, err = rw.Status(ctx)
+		require.NoError(t, err)
+		assert.True(t, status.Writer.Held)
+		assert.True(t, w.ExpiresAt().Equal(status.Writer.ExpiresAt), "the writer's end")
+		require.NoError(t, w.Release(ctx))
+	})
+}
