@@ -115,6 +115,10 @@ func (rw *RWLock) admissible(get *redis.StringCmd, queued *redis.IntCmd, holder 
 		return fmt.Errorf("setnxlock: read lock %q: writer key %q: %w", rw.name, writer, err)
 	}
 	if holder != nil {
+		// owns reads only holder's token here, set before the Lock was
+		// handed out and never changed (RWLock requires TokenFormat), so
+		// it needs no turn of holder's, even while a handoff's claim is
+		// in flight (heard.go).
 		if !found || !holder.owns(current) {
 			return fmt.Errorf("%w: read lock %q: the writer key is no longer this reader's place in line", ErrNotAcquired, rw.name)
 		}
