@@ -555,3 +555,44 @@ func TestRWLockStatusReadsWriterAndReaders(t *testing.T) {
 		require.NoError(t, w.Release(ctx))
 	})
 }
+
+// Consecutive readers at the head of the line are admitted together: two
+// readers queued behind a writer both hold at once, and the writer queued
+// after them gets in once both have released.
+func TestRWLockAdmitsConsecutiveQueuedReadersTogether(t *testing.T) {
+	onEachPath(t, func(t *testing.T, b *backend, p lockPath) {
+		opts := []Option{p.opt, WithStarvationThreshold(0)}
+		first, err := rwOf(t, b.locker(t, opts...), "doc").Lock(ctx)
+		require.NoError(t, err)
+		waitCtx := await.Context(t)
+		held := make(chan *Lock, 2)
+		for i := range 2 {
+			rw := rwOf(t, b.locker(t, opts...), "doc")
+			go func() {
+				lock, err := rw.RLock(waitCtx)
+				assert.NoError(t, err)
+				held <- lock
+			}()
+			waitQueued(t, b, "doc", int64(i+1))
+		}
+		writerDone := make(chan *Lock, 1)
+		go func() {
+			lock, err := rwOf(t, b.locker(t, opts...), "doc").Lock(waitCtx)
+			assert.NoError(t, err)
+			writerDone <- lock
+		}()
+		waitQueued(t, b, "doc", 3)
+		require.NoError(t, first.Release(ctx))
+		r1 := await.Recv(t, held, "the first queued reader")
+		r2 := await.Recv(t, held, "the second queued reader, beside the first")
+		require.NotNil(t, r1)
+		require.NotNil(t, r2)
+		assert.True(t, b.clock.Now().Before(r1.ExpiresAt()) && b.clock.Now().Before(r2.ExpiresAt()), "both readers hold at once")
+		assert.Empty(t, writerDone, "the writer got in beside the readers")
+		require.NoError(t, r1.Release(ctx))
+		require.NoError(t, r2.Release(ctx))
+		w := await.Recv(t, writerDone, "the writer queued after the readers")
+		require.NotNil(t, w)
+		require.NoError(t, w.Release(ctx))
+	})
+}
