@@ -62,13 +62,31 @@ func (rw *RWLock) admit(ctx context.Context, holder *Lock) (*Lock, error) {
 	if err != nil {
 		return nil, err // its key undone, or left to its lease; its id pruned by writers
 	}
-	readers := ReadersKey(rw.name)
-	lock.afterRelease = func(ctx context.Context) {
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), leaveTimeout)
-		defer cancel()
-		_ = l.client.SRem(ctx, readers, id).Err() // best effort: writers prune what is left
-	}
+	lock.afterRelease = func(ctx context.Context) { rw.forget(ctx, id) }
 	return lock, nil
+}
+
+// forget takes the released reader id off the list, and announces the
+// release to the writers draining the readers (drain), in one round trip,
+// within leaveTimeout even when ctx has ended. Best effort: a writer
+// prunes an id left behind, and polls when no announcement comes. A
+// refused PUBLISH switches wake-ups off for the Locker, as elsewhere.
+func (rw *RWLock) forget(ctx context.Context, id string) {
+	l := rw.locker
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), leaveTimeout)
+	defer cancel()
+	readers := ReadersKey(rw.name)
+	if !l.caps.allows(capPubSub) {
+		_ = l.client.SRem(ctx, readers, id).Err()
+		return
+	}
+	var publish *redis.IntCmd
+	_, _ = l.client.Pipelined(ctx, func(pipe redis.Pipeliner) error {
+		pipe.SRem(ctx, readers, id)
+		publish = pipe.Publish(ctx, WakeChannel(readers), id)
+		return nil
+	})
+	l.caps.narrow(capPubSub, publish.Err())
 }
 
 // admitOnce is one run of the reader transaction: WATCH the writer key

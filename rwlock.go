@@ -190,12 +190,17 @@ var errWriterLost = fmt.Errorf("%w: the writer key was lost while readers draine
 // drain returns nil once no reader of the lock holds a live lease while
 // held, the writer key's Lock, is live; wait says whether to wait for
 // them (Lock) or to refuse at once (TryLock). Waiting, it keeps held's
-// lease renewed (unless its keeper does), and polls with backoff, never
-// past the earliest reader's end. A reader key that is not a lock value
-// (H7) blocks the writer: ErrNotLockValue.
+// lease renewed (unless its keeper does), listens for the readers'
+// releases (announced on WakeChannel(ReadersKey(name)) by forget) and
+// polls with backoff in case one goes unheard, never past the earliest
+// reader's end. It looks again once its subscription is confirmed, so a
+// release before that is seen. A reader key that is not a lock value (H7)
+// blocks the writer: ErrNotLockValue.
 func (rw *RWLock) drain(ctx context.Context, held *Lock, wait bool) error {
 	l, writer := rw.locker, WriterKey(rw.name)
 	retry := newBackoff(l.cfg.minBackoff, l.cfg.maxBackoff)
+	var wake *wakeup
+	defer func() { wake.close() }()
 	for {
 		live, until, err := rw.liveReaders(ctx)
 		now := l.cfg.clock.Now()
@@ -219,6 +224,12 @@ func (rw *RWLock) drain(ctx context.Context, held *Lock, wait bool) error {
 				return errWriterLost
 			}
 		}
+		if wake == nil {
+			wake = l.subscribeTo(ctx, WakeChannel(ReadersKey(rw.name)))
+		}
+		if wake.listening() {
+			wake.drain() // what it announced is older than the read above; a gone subscription is forgotten
+		}
 		pause := retry.next()
 		if r := until.Sub(now); err == nil && r > 0 && r < pause {
 			pause = r
@@ -231,8 +242,12 @@ func (rw *RWLock) drain(ctx context.Context, held *Lock, wait bool) error {
 		case <-held.Done():
 			timer.Stop()
 			return errWriterLost
+		case <-wake.confirming():
+			wake.confirmed() // look again: a release before it went unheard
+		case <-wake.announced():
 		case <-timer.C:
 		}
+		timer.Stop()
 	}
 }
 

@@ -596,3 +596,29 @@ func TestRWLockAdmitsConsecutiveQueuedReadersTogether(t *testing.T) {
 		require.NoError(t, w.Release(ctx))
 	})
 }
+
+// A writer waiting for a reader is woken by the reader's release: with a
+// backoff of an hour and leases of an hour, only the announcement can let
+// it in before the test's deadline.
+func TestRWLockWriterIsWokenByTheLastReadersRelease(t *testing.T) {
+	onEachPath(t, func(t *testing.T, b *backend, p lockPath) {
+		opts := []Option{p.opt, WithTTL(time.Hour), WithBackoff(time.Hour, time.Hour)}
+		reader, err := rwOf(t, b.locker(t, opts...), "doc").TryRLock(ctx)
+		require.NoError(t, err)
+		got := make(chan *Lock, 1)
+		go func() {
+			lock, err := rwOf(t, b.locker(t, opts...), "doc").Lock(await.Context(t))
+			assert.NoError(t, err)
+			got <- lock
+		}()
+		deadline := time.Now().Add(await.Timeout)
+		for b.value(t, WriterKey("doc")) == "<missing>" {
+			require.True(t, time.Now().Before(deadline), "the writer did not take the writer key")
+			time.Sleep(time.Millisecond)
+		}
+		require.NoError(t, reader.Release(ctx))
+		writer := await.Recv(t, got, "the writer, woken by the reader's release")
+		require.NotNil(t, writer)
+		require.NoError(t, writer.Release(ctx))
+	})
+}
