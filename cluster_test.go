@@ -525,12 +525,7 @@ func clusterRWLock(t *testing.T, c *clusterBackend) {
 		_, err = rw().TryLock(ctx)
 		require.ErrorIs(t, err, ErrNotAcquired, "%s: a writer beside readers", name)
 
-		got := make(chan *Lock, 1)
-		go func() {
-			lock, err := rw().Lock(await.Context(t))
-			assert.NoError(t, err)
-			got <- lock
-		}()
+		got := takeInBackground(t, rw().Lock, name+": the writer")
 		require.NoError(t, first.Release(ctx))
 		require.NoError(t, second.Release(ctx))
 		writer := await.Recv(t, got, "%s: the writer behind the readers", name)

@@ -272,19 +272,18 @@ func TestRWLockWriterIsNotStarvedByReaders(t *testing.T) {
 	})
 }
 
-// queueLength is how many wait in the writer key's queue.
-func queueLength(b *backend, name string) int64 {
-	return b.raw.ZCard(ctx, waitersKey(WriterKey(name))).Val()
-}
-
-// waitQueued waits until n wait in the writer key's queue.
-func waitQueued(t *testing.T, b *backend, name string, n int64) {
+// takeInBackground starts take (RLock or Lock) until the test's deadline
+// and returns where its lock will arrive (nil after a failure, reported).
+func takeInBackground(t *testing.T, take func(context.Context) (*Lock, error), what string) <-chan *Lock {
 	t.Helper()
-	deadline := time.Now().Add(await.Timeout)
-	for queueLength(b, name) < n {
-		require.True(t, time.Now().Before(deadline), "%d waiters did not queue on %s", n, name)
-		time.Sleep(time.Millisecond)
-	}
+	waitCtx := await.Context(t)
+	got := make(chan *Lock, 1)
+	go func() {
+		lock, err := take(waitCtx)
+		assert.NoError(t, err, what)
+		got <- lock
+	}()
+	return got
 }
 
 // Readers and writers wait in one line: a reader, a writer and a reader
@@ -313,13 +312,13 @@ func TestRWLockServesReadersAndWritersInArrivalOrder(t *testing.T) {
 			}()
 		}
 		queue("reader 1", rwOf(t, b.locker(t, opts...), "doc").RLock)
-		waitQueued(t, b, "doc", 1)
+		b.queued(t, WriterKey("doc"), 1)
 		queue("writer 2", rwOf(t, b.locker(t, opts...), "doc").Lock)
-		waitQueued(t, b, "doc", 2)
+		b.queued(t, WriterKey("doc"), 2)
 		_, err = rwOf(t, b.locker(t, opts...), "doc").TryRLock(ctx)
 		assert.ErrorIs(t, err, ErrNotAcquired, "a reader passed the queue")
 		queue("reader 3", rwOf(t, b.locker(t, opts...), "doc").RLock)
-		waitQueued(t, b, "doc", 3)
+		b.queued(t, WriterKey("doc"), 3)
 		require.NoError(t, first.Release(ctx))
 		await.Group(t, &wg, "the queued readers and writer")
 		close(served)
@@ -409,12 +408,7 @@ func TestRWLockFencingTokensIncrease(t *testing.T) {
 				once.Do(func() { close(waiting) })
 			}
 		}))), "doc")
-		got := make(chan *Lock, 1)
-		go func() {
-			r, err := queued.RLock(await.Context(t))
-			assert.NoError(t, err)
-			got <- r
-		}()
+		got := takeInBackground(t, queued.RLock, "the queued reader")
 		await.Recv(t, waiting, "the refused reader's wait for the writer key")
 		require.NoError(t, w2.Release(ctx))
 		r3 := await.Recv(t, got, "the waiting reader")
@@ -564,27 +558,15 @@ func TestRWLockAdmitsConsecutiveQueuedReadersTogether(t *testing.T) {
 		opts := []Option{p.opt, WithStarvationThreshold(0)}
 		first, err := rwOf(t, b.locker(t, opts...), "doc").Lock(ctx)
 		require.NoError(t, err)
-		waitCtx := await.Context(t)
-		held := make(chan *Lock, 2)
-		for i := range 2 {
-			rw := rwOf(t, b.locker(t, opts...), "doc")
-			go func() {
-				lock, err := rw.RLock(waitCtx)
-				assert.NoError(t, err)
-				held <- lock
-			}()
-			waitQueued(t, b, "doc", int64(i+1))
-		}
-		writerDone := make(chan *Lock, 1)
-		go func() {
-			lock, err := rwOf(t, b.locker(t, opts...), "doc").Lock(waitCtx)
-			assert.NoError(t, err)
-			writerDone <- lock
-		}()
-		waitQueued(t, b, "doc", 3)
+		first1 := takeInBackground(t, rwOf(t, b.locker(t, opts...), "doc").RLock, "the first reader")
+		b.queued(t, WriterKey("doc"), 1)
+		second := takeInBackground(t, rwOf(t, b.locker(t, opts...), "doc").RLock, "the second reader")
+		b.queued(t, WriterKey("doc"), 2)
+		writerDone := takeInBackground(t, rwOf(t, b.locker(t, opts...), "doc").Lock, "the writer")
+		b.queued(t, WriterKey("doc"), 3)
 		require.NoError(t, first.Release(ctx))
-		r1 := await.Recv(t, held, "the first queued reader")
-		r2 := await.Recv(t, held, "the second queued reader, beside the first")
+		r1 := await.Recv(t, first1, "the first queued reader")
+		r2 := await.Recv(t, second, "the second queued reader, beside the first")
 		require.NotNil(t, r1)
 		require.NotNil(t, r2)
 		assert.True(t, b.clock.Now().Before(r1.ExpiresAt()) && b.clock.Now().Before(r2.ExpiresAt()), "both readers hold at once")
@@ -605,12 +587,7 @@ func TestRWLockWriterIsWokenByTheLastReadersRelease(t *testing.T) {
 		opts := []Option{p.opt, WithTTL(time.Hour), WithBackoff(time.Hour, time.Hour)}
 		reader, err := rwOf(t, b.locker(t, opts...), "doc").TryRLock(ctx)
 		require.NoError(t, err)
-		got := make(chan *Lock, 1)
-		go func() {
-			lock, err := rwOf(t, b.locker(t, opts...), "doc").Lock(await.Context(t))
-			assert.NoError(t, err)
-			got <- lock
-		}()
+		got := takeInBackground(t, rwOf(t, b.locker(t, opts...), "doc").Lock, "the writer")
 		deadline := time.Now().Add(await.Timeout)
 		for b.value(t, WriterKey("doc")) == "<missing>" {
 			require.True(t, time.Now().Before(deadline), "the writer did not take the writer key")
