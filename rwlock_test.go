@@ -599,3 +599,82 @@ func TestRWLockWriterIsWokenByTheLastReadersRelease(t *testing.T) {
 		require.NoError(t, writer.Release(ctx))
 	})
 }
+
+// randomLoss loses, once armed, the reply of one command or pipeline in
+// oneIn after the server applied it (H5): a network that fails after
+// delivery, now and then.
+type randomLoss struct {
+	oneIn int
+	lost  *atomic.Int64
+}
+
+func (r randomLoss) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (r randomLoss) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if err := next(ctx, cmd); rand.IntN(r.oneIn) != 0 {
+			return err
+		}
+		r.lost.Add(1)
+		return errLostReply{}
+	}
+}
+
+func (r randomLoss) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if err := next(ctx, cmds); isTransactionCheck(cmds) || rand.IntN(r.oneIn) != 0 {
+			return err
+		}
+		r.lost.Add(1)
+		return errLostReply{}
+	}
+}
+
+// Replies are lost now and then, after the server applied the command:
+// takes fail or are retried, releases are in doubt and leases run out, and
+// still no writer is ever beside another holder.
+func TestRWLockExcludesUnderLostReplies(t *testing.T) {
+	const workers, lockers, cycles = 8, 4, 12
+	onEachPath(t, func(t *testing.T, b *backend, p lockPath) {
+		ls := make([]*Locker, lockers)
+		var lost atomic.Int64
+		for i := range ls {
+			client := b.client(t)
+			client.AddHook(randomLoss{oneIn: 40, lost: &lost})
+			ls[i] = b.lockerOn(t, client, p.opt, WithClock(systemClock{}), WithTTL(200*time.Millisecond), WithBackoff(100*time.Microsecond, 2*time.Millisecond))
+		}
+		var s rwSections
+		var wg sync.WaitGroup
+		var failed atomic.Int64
+		waitCtx := await.Context(t)
+		for w := range workers {
+			rw := rwOf(t, ls[w%lockers], "doc")
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for range cycles {
+					writer := rand.IntN(4) == 0
+					take := rw.RLock
+					if writer {
+						take = rw.Lock
+					}
+					lock, err := take(waitCtx)
+					if err != nil {
+						require.NoError(t, waitCtx.Err(), "the test's deadline passed")
+						failed.Add(1)
+						continue
+					}
+					s.hold(lock, writer, func() {
+						runtime.Gosched()
+						time.Sleep(time.Duration(rand.IntN(2000)) * time.Microsecond)
+					})
+					_ = lock.Release(waitCtx) // may be in doubt: the lease then runs out
+				}
+			}()
+		}
+		await.Group(t, &wg, "the read/write lock's workers")
+		overlaps, most := s.check()
+		t.Logf("%d replies lost; %d sections, %d overran their lease, %d takes failed; at most %d readers at once", lost.Load(), len(s.sections), s.overran, failed.Load(), most)
+		assert.Zero(t, overlaps, "a writer's section overlapped another holder's")
+	})
+}
