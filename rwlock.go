@@ -202,6 +202,12 @@ func (rw *RWLock) drain(ctx context.Context, held *Lock, wait bool) error {
 	var wake *wakeup
 	defer func() { wake.close() }()
 	for {
+		if wake.listening() {
+			// What was announced so far is older than the read below; a
+			// release announced after it wakes the sleep. A gone
+			// subscription is forgotten: the wait polls.
+			wake.drain()
+		}
 		live, until, err := rw.liveReaders(ctx)
 		now := l.cfg.clock.Now()
 		switch {
@@ -226,9 +232,6 @@ func (rw *RWLock) drain(ctx context.Context, held *Lock, wait bool) error {
 		}
 		if wake == nil {
 			wake = l.subscribeTo(ctx, WakeChannel(ReadersKey(rw.name)))
-		}
-		if wake.listening() {
-			wake.drain() // what it announced is older than the read above; a gone subscription is forgotten
 		}
 		pause := retry.next()
 		if r := until.Sub(now); err == nil && r > 0 && r < pause {
