@@ -41,8 +41,10 @@ func (rw *RWLock) admit(ctx context.Context, holder *Lock) (*Lock, error) {
 		}
 	}
 	switch {
-	case errors.Is(err, ErrNotAcquired), errors.Is(err, ErrNotLockValue), errors.Is(err, redis.TxFailedErr):
+	case errors.Is(err, ErrNotAcquired), errors.Is(err, ErrNotLockValue):
 		return nil, err // nothing written
+	case errors.Is(err, redis.TxFailedErr):
+		return nil, fmt.Errorf("%w: read lock %q: its keys changed under us %d times", ErrNotAcquired, rw.name, maxTransactionAttempts)
 	case err != nil:
 		// H5: the EXEC may have run and only its reply been lost. The
 		// reader key is deleted while it holds exactly our value, so the
