@@ -3,6 +3,7 @@ package setnxlock
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"runtime"
 	"sync"
@@ -15,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/setnxlock/setnxlock/internal/await"
+	"github.com/setnxlock/setnxlock/internal/faultproxy"
 )
 
 // A read/write lock (rwlock.go) is a writer key and a key per reader;
@@ -643,38 +645,64 @@ func TestRWLockExcludesUnderLostReplies(t *testing.T) {
 			client.AddHook(randomLoss{oneIn: 40, lost: &lost})
 			ls[i] = b.lockerOn(t, client, p.opt, WithClock(systemClock{}), WithTTL(200*time.Millisecond), WithBackoff(100*time.Microsecond, 2*time.Millisecond))
 		}
-		var s rwSections
-		var wg sync.WaitGroup
-		var failed atomic.Int64
-		waitCtx := await.Context(t)
-		for w := range workers {
-			rw := rwOf(t, ls[w%lockers], "doc")
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for range cycles {
-					writer := rand.IntN(4) == 0
-					take := rw.RLock
-					if writer {
-						take = rw.Lock
-					}
-					lock, err := take(waitCtx)
-					if err != nil {
-						require.NoError(t, waitCtx.Err(), "the test's deadline passed")
-						failed.Add(1)
-						continue
-					}
-					s.hold(lock, writer, func() {
-						runtime.Gosched()
-						time.Sleep(time.Duration(rand.IntN(2000)) * time.Microsecond)
-					})
-					_ = lock.Release(waitCtx) // may be in doubt: the lease then runs out
+		rwUnderFaults(t, ls, workers, cycles, func() string { return fmt.Sprintf("%d replies lost", lost.Load()) })
+	})
+}
+
+// rwUnderFaults runs workers on the Lockers, round-robin, each taking the
+// read/write lock "doc" cycles times (a writer one time in four), through
+// whatever faults their clients meet: a take that fails is counted and
+// the next one tried, a release may be in doubt and its lease then runs
+// out. No writer's section may overlap another holder's, each counted
+// while its own lease was live. faults says what was injected, for the log.
+func rwUnderFaults(t *testing.T, ls []*Locker, workers, cycles int, faults func() string) {
+	t.Helper()
+	var s rwSections
+	var wg sync.WaitGroup
+	var failed atomic.Int64
+	waitCtx := await.Context(t)
+	for w := range workers {
+		rw := rwOf(t, ls[w%len(ls)], "doc")
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range cycles {
+				writer := rand.IntN(4) == 0
+				take := rw.RLock
+				if writer {
+					take = rw.Lock
 				}
-			}()
+				lock, err := take(waitCtx)
+				if err != nil {
+					assert.NoError(t, waitCtx.Err(), "the test's deadline passed")
+					failed.Add(1)
+					continue
+				}
+				s.hold(lock, writer, func() {
+					runtime.Gosched()
+					time.Sleep(time.Duration(rand.IntN(2000)) * time.Microsecond)
+				})
+				_ = lock.Release(waitCtx) // may be in doubt: the lease then runs out
+			}
+		}()
+	}
+	await.Group(t, &wg, "the read/write lock's workers")
+	overlaps, most := s.check()
+	t.Logf("%s; %d sections, %d overran their lease, %d takes failed; at most %d readers at once", faults(), len(s.sections), s.overran, failed.Load(), most)
+	assert.Zero(t, overlaps, "a writer's section overlapped another holder's")
+}
+
+// Connections are cut and replies lost below go-redis, which retries as
+// users' clients do: still no writer beside another holder.
+func TestRWLockExcludesThroughCutConnections(t *testing.T) {
+	const workers, lockers, cycles = 8, 4, 10
+	onEachPath(t, func(t *testing.T, b *backend, p lockPath) {
+		proxy := faultproxy.Start(t, b.addr)
+		require.NoError(t, proxy.SetFaults(faultproxy.Faults{Seed: rand.Uint64(), LoseRate: 0.01, CutRate: 0.01}))
+		ls := make([]*Locker, lockers)
+		for i := range ls {
+			ls[i] = b.lockerOn(t, b.clientThrough(t, proxy), p.opt, WithClock(systemClock{}), WithTTL(300*time.Millisecond), WithBackoff(100*time.Microsecond, 2*time.Millisecond))
 		}
-		await.Group(t, &wg, "the read/write lock's workers")
-		overlaps, most := s.check()
-		t.Logf("%d replies lost; %d sections, %d overran their lease, %d takes failed; at most %d readers at once", lost.Load(), len(s.sections), s.overran, failed.Load(), most)
-		assert.Zero(t, overlaps, "a writer's section overlapped another holder's")
+		rwUnderFaults(t, ls, workers, cycles, func() string { return fmt.Sprintf("%d faults injected", proxy.Stats().Total()) })
 	})
 }
