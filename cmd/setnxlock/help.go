@@ -11,6 +11,8 @@ Usage:
   setnxlock run --permits N [flags] NAME [--] COMMAND [ARG...]
                                                   run COMMAND under one of N permits of the semaphore NAME
   setnxlock status [--json] KEY                   what KEY holds: exit 0 held, 3 free, 4 not a lock
+  setnxlock status [--json] KEY KEY...            each KEY, and whether one group lock holds them all: exit 0 all held
+  setnxlock status [--json] --rw NAME             a read/write lock's writer and readers: exit 0 held, 3 free
   setnxlock status [--json] --match PATTERN       the lock keys that match: exit 0 if any is held, 3 if none
   setnxlock release --force KEY                   delete KEY whoever holds it: exit 0, or 3 if nothing
   setnxlock semaphore status [--json] NAME        a semaphore's count, holders and waiters: exit 0 a permit is held, 3 none
@@ -99,6 +101,8 @@ Examples:
 
 const statusHelp = `Usage:
   setnxlock status [--json] KEY
+  setnxlock status [--json] KEY KEY...
+  setnxlock status [--json] --rw NAME
   setnxlock status [--json] --match PATTERN
 
 Says what KEY holds, writing nothing: a live lease, an expired one, nothing,
@@ -120,10 +124,25 @@ never KEYS, so a large database is walked without blocking Redis. Exit
 status: 0 some key is held, 3 none is (or nothing matches), 69 Redis
 unreachable, 64 bad usage.
 
+With several KEYs (the keys of a group lock, Locker.AcquireMany), it says
+what each holds, one line each, and whether one lease holds them all (a
+group writes one value to every key); --json prints
+  {"keys":[one object per KEY], "one_holder":bool}
+Exit status: 0 every key is held, 4 one is not a lock value, else 3.
+
+With --rw, NAME is a read/write lock (Locker.RWLock): it reads its writer
+key (held while a writer holds it or waits for the readers before it, with
+its queue of waiting readers and writers) and its live readers; --json
+prints {"name":..., "writer":object, "readers":[objects], "foreign":[keys]}.
+Exit status: 0 a writer or a reader holds it, 4 one of its keys is not a
+lock value, else 3.
+
 Flags:
 %s
 Examples:
   setnxlock status --json nightly-report
+  setnxlock status '{order7}.stock' '{order7}.payment'
+  setnxlock status --rw prices
   setnxlock status --match 'lock.*'
 `
 

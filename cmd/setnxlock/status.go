@@ -42,6 +42,7 @@ func statusCommand(args []string, stdout, stderr io.Writer) (int, error) {
 	url := urlFlag(fs)
 	asJSON := fs.Bool("json", false, "print one JSON object (with --match, an array of them)")
 	match := fs.String("match", "", "list the lock keys that match this SCAN pattern instead of one KEY")
+	rw := fs.Bool("rw", false, "read the read/write lock NAME (its writer and live readers) instead of one KEY")
 	help := fs.BoolP("help", "h", false, "this help")
 	var key string
 	var err error
@@ -58,8 +59,13 @@ func statusCommand(args []string, stdout, stderr io.Writer) (int, error) {
 	defer done()
 	ctx, cancel := context.WithTimeout(context.Background(), inspectTimeout)
 	defer cancel()
-	if *match != "" {
+	switch {
+	case *match != "":
 		return scanCommand(ctx, locker, *match, *asJSON, *url, stdout, stderr)
+	case *rw:
+		return rwStatusCommand(ctx, locker, key, *asJSON, *url, stdout, stderr)
+	case fs.NArg() > 1:
+		return groupStatusCommand(ctx, locker, fs.Args(), *asJSON, *url, stdout, stderr)
 	}
 	status, err := locker.Status(ctx, key)
 	if err != nil {
@@ -75,11 +81,18 @@ func statusCommand(args []string, stdout, stderr io.Writer) (int, error) {
 	return statusCode(status), nil
 }
 
-// parseStatusArgs parses status's flags and its one KEY, or none with
-// --match.
+// parseStatusArgs parses status's flags and its one KEY (the first of
+// several keys of a group, or with --rw the read/write lock's NAME), or
+// none with --match.
 func parseStatusArgs(fs *pflag.FlagSet, args []string) (string, error) {
 	if err := fs.Parse(args); err != nil {
 		return "", usageIn("status", err)
+	}
+	if rw, _ := fs.GetBool("rw"); rw && fs.Changed("match") {
+		return "", usageIn("status", errors.New("--rw and --match exclude each other"))
+	}
+	if rw, _ := fs.GetBool("rw"); !rw && !fs.Changed("match") && fs.NArg() > 1 {
+		return groupKeys(fs)
 	}
 	if !fs.Changed("match") {
 		return oneKey(fs, "status")
