@@ -167,6 +167,12 @@ func (c *Config) modeDefaults(mode string) {
 		// about 110s on an idle machine, 150s on a loaded one, past the
 		// others' 100s limit. A bound for a stuck run, not an expectation.
 		c.Duration = 240 * time.Second
+	case ModeRWLock:
+		c.Keys = 1                     // the writer key: lockKeys
+		c.Duration = 240 * time.Second // a bound for a stuck run, not an expectation
+	case ModeMulti:
+		c.Keys = multiKeys
+		c.Duration = 240 * time.Second // a bound for a stuck run, not an expectation
 	case ModeCluster:
 		c.RevokeACL = false // ACL users are per node; the single-server modes cover revocation
 	case ModeAutoRefresh, ModeElection:
@@ -209,7 +215,9 @@ func (c Config) fenced() bool { return c.Mode == ModeFencing || c.Mode == ModeEl
 // lockKeys are the run's lock keys: "chaos.k<i>", or in an election run
 // the elections' lock keys, "{chaos.k<i>}.election" (setnxlock.ElectionKey),
 // or in a semaphore run its permit keys, "{chaos.s}.permit.<i>"
-// (setnxlock.PermitKey), c.Keys of them: its count.
+// (setnxlock.PermitKey), c.Keys of them: its count; or in an rwlock run
+// its read/write lock's writer key, "{chaos.rw}.writer" (the readers'
+// keys are made as they come).
 func (c Config) lockKeys() []string {
 	out := make([]string, c.Keys)
 	for i := range out {
@@ -219,6 +227,8 @@ func (c Config) lockKeys() []string {
 			out[i] = setnxlock.ElectionKey(out[i])
 		case ModeSemaphore:
 			out[i] = setnxlock.PermitKey(SemaphoreName, i)
+		case ModeRWLock:
+			out[i] = setnxlock.WriterKey(RWLockName)
 		}
 	}
 	return out
