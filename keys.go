@@ -104,8 +104,9 @@ func LeaderChannel(name string) string { return "setnxlock:leader:" + name }
 
 // librarySuffixes end the names of the keys the library keeps beside a
 // lock key (sameSlotKey): its queue, its release marker, its fence
-// counter, an election's record, a semaphore's count. None is a lock key.
-var librarySuffixes = []string{waitersSuffix, ".released", ".fence", ".leader", ".permits"}
+// counter, an election's record, a semaphore's count, a read/write lock's
+// list of readers. None is a lock key.
+var librarySuffixes = []string{waitersSuffix, ".released", ".fence", ".leader", ".permits", readersSuffix}
 
 // isLibraryKey reports whether key is named as one of the library's own
 // keys beside a lock key: one of librarySuffixes after a name with a

@@ -2,6 +2,7 @@ package setnxlock
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync/atomic"
@@ -31,6 +32,13 @@ type Lock struct {
 	renewAlways atomic.Bool // the keeper renews the lease whatever the Locker's options (Do)
 	acquiredAt  time.Time   // when it was won, by the Locker's clock (Event.Held)
 	ending      *Event      // with a CallObserver, the event that announced its end: written before lease.done closes, read after
+
+	// afterRelease, set only for a read/write lock's reader before it is
+	// handed out, runs after a Release that left the key not ours (nil or
+	// ErrNotHeld): it takes the reader off its lock's list (rwadmit.go).
+	// A Release in doubt leaves it listed: the key may still hold our
+	// value, and writers must keep finding it until they judge it over.
+	afterRelease func(ctx context.Context)
 }
 
 // lockAndLease is a Lock and its lease in one allocation: the lease lives
@@ -131,6 +139,9 @@ func (k *Lock) Release(ctx context.Context) error {
 	ctx, end := k.locker.beginCall(ctx, CallRelease, k.key)
 	k.state.v.CompareAndSwap(int32(held), int32(releasing)) // no more renewals, even if this call fails
 	err := k.release(ctx)
+	if k.afterRelease != nil && (err == nil || errors.Is(err, ErrNotHeld)) {
+		k.afterRelease(ctx)
+	}
 	k.awaitKeeper(ctx)
 	if end != nil {
 		end(CallResult{Event: k.endEvent(), Err: err})
