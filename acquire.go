@@ -274,16 +274,7 @@ func (l *Locker) Acquire(ctx context.Context, key string) (lock *Lock, err error
 			w.tookKey()
 			return lock, nil
 		}
-		if errors.Is(err, ErrNotReplicated) {
-			notReplicated = err
-		}
-		if ctxErr := ctx.Err(); ctxErr != nil {
-			if notReplicated != nil {
-				err = notReplicated
-			}
-			return nil, contextEnded(key, ctxErr, err)
-		}
-		if !retryable(err) {
+		if err := attemptFailed(ctx, key, err, &notReplicated); err != nil {
 			return nil, err
 		}
 		if acq.wait == WaitNone {
@@ -298,6 +289,27 @@ func (l *Locker) Acquire(ctx context.Context, key string) (lock *Lock, err error
 		}
 		acq.wait = w.woke
 	}
+}
+
+// attemptFailed is what a waiting call (Acquire, AcquireMany) does with
+// the error of an attempt on key: it keeps a win the replicas did not
+// acknowledge in notReplicated, why the call may never get the lock, and
+// returns the call's error when the wait is over (its context ended, or
+// err is not worth retrying), else nil: wait and attempt again.
+func attemptFailed(ctx context.Context, key string, err error, notReplicated *error) error {
+	if errors.Is(err, ErrNotReplicated) {
+		*notReplicated = err
+	}
+	if ctxErr := ctx.Err(); ctxErr != nil {
+		if *notReplicated != nil {
+			err = *notReplicated
+		}
+		return contextEnded(key, ctxErr, err)
+	}
+	if !retryable(err) {
+		return err
+	}
+	return nil
 }
 
 // contextEnded is Acquire's error when its context ends: it matches

@@ -56,6 +56,7 @@ var clusterScenarios = []struct {
 	{"an election keeps its lock, term counter and record on the master of its name's slot", clusterElection},
 	{"ScanStatus lists the locks of every master", clusterScanStatus},
 	{"a semaphore's permits, count and fence counter share one slot", clusterSemaphore},
+	{"a group of keys in one slot is locked on its master; keys in different slots are refused, nothing written", clusterGroup},
 }
 
 // clusterBackend is the shared cluster as one scenario sees it.

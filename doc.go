@@ -110,6 +110,14 @@
 // keeps the first it gets. semaphorestatus.go reads its holders and
 // waiters.
 //
+// Several keys at once (acquiremany.go: TryAcquireMany) are one Lock on
+// all of them or none: one watched transaction writes one value, one lease
+// and, with fencing, one token to every key (MSETNX when all are free,
+// else the watched takeover of the expired ones); on a Cluster the keys
+// must share a slot (keyslot.go). The Lock's round trips branch for a
+// group in group.go (release, all-or-nothing renewal, undo); AcquireMany
+// waits on every key's wake-ups, never queued (groupwait.go).
+//
 // Leader election rides on the lock: a candidate leads while it holds the
 // lock on ElectionKey(name), taken with a fencing token (its term) and
 // renewed in the background, and publishes who leads in a record at

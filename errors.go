@@ -55,3 +55,10 @@ var ErrNoTransactions = errors.New("setnxlock: the server refuses MULTI/EXEC tra
 // for: nothing was written. Every client of a semaphore must agree on its
 // count; Semaphore.Resize changes it.
 var ErrPermitsMismatch = errors.New("setnxlock: the semaphore's recorded number of permits differs")
+
+// ErrCrossSlot reports a group of keys (TryAcquireMany, AcquireMany) that
+// a Redis Cluster could not lock in one transaction: its keys hash to
+// different slots. Nothing was written. Give the keys one hash tag
+// ("{order42}.stock", "{order42}.payment") to put them in one slot. It
+// matches ErrInvalidArgument.
+var ErrCrossSlot = fmt.Errorf("%w: keys in different Redis Cluster slots", ErrInvalidArgument)

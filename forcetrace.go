@@ -65,18 +65,19 @@ func (l *Locker) forceDelete(ctx context.Context, key, value string) (bool, erro
 	return deleted, err
 }
 
-// forcedAway reports whether an operator's ForceRelease broke the lease of
-// k, a lock of token values whose release found the key not ours: the
-// trace of its token is in the key's marker. A ForceRelease of a version
+// forcedAwayFrom reports whether an operator's ForceRelease broke the
+// lease of k on key (its key, or a member of its group), a lock of token
+// values whose release found the key not ours: the trace of its token is
+// in the key's marker. A ForceRelease of a version
 // that read a value's token as everything after its first separator
 // traced "<token>|<identity>" for a value carrying an identity (value.go):
 // that trace counts too, in the same round trip. Without a token, or when
 // the trace cannot be read, it reports false.
-func (l *Locker) forcedAway(ctx context.Context, k *Lock) bool {
+func (l *Locker) forcedAwayFrom(ctx context.Context, k *Lock, key string) bool {
 	if k.token == "" || !l.caps.allows(capReleaseMarker) {
 		return false
 	}
-	marker := releasedKey(k.key)
+	marker := releasedKey(key)
 	traces := []string{k.token}
 	if _, older, _ := strings.Cut(k.value, string(tokenSeparator)); older != k.token {
 		traces = append(traces, older)

@@ -48,13 +48,20 @@ func (l *Locker) announceWin(e Event, now time.Time, acq *acquireCall) {
 // before the caller sees it would only invite work outside the lease. The
 // lease ends, for us, when we believe it does (H4: ourLeaseEnd).
 func (l *Locker) grant(key string, ours stamp, fencingToken int64, kind EventKind, acq *acquireCall) (*Lock, error) {
+	return l.grantKeys(key, nil, ours, fencingToken, kind, acq)
+}
+
+// grantKeys is grant of a lock on key that, for a group (keys non-nil,
+// key its first), holds every key of keys; they are set before the keeper
+// starts, which reads them.
+func (l *Locker) grantKeys(key string, keys []string, ours stamp, fencingToken int64, kind EventKind, acq *acquireCall) (*Lock, error) {
 	now := l.cfg.clock.Now()
 	ends := l.ourLeaseEnd(ours.expiry, now)
 	if expired(ends, now) {
 		return nil, fmt.Errorf("%w: %q: our lease ended before the reply arrived", ErrNotAcquired, key)
 	}
 	lock := l.newLock(key, ours.start, ends, now)
-	lock.token, lock.value, lock.fencingToken = tokenOf(ours.value), ours.value, fencingToken
+	lock.token, lock.value, lock.fencingToken, lock.keys = tokenOf(ours.value), ours.value, fencingToken, keys
 	if !l.cfg.format.tokens() {
 		lock.token = ""
 	}

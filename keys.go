@@ -44,13 +44,7 @@ func writeSameSlotKey(b *strings.Builder, key, suffix string) {
 
 // hasHashTag applies Redis Cluster's rule: a '{' followed later by a '}'
 // with at least one byte between them.
-func hasHashTag(key string) bool {
-	open := strings.IndexByte(key, '{')
-	if open < 0 {
-		return false
-	}
-	return strings.IndexByte(key[open+1:], '}') > 0
-}
+func hasHashTag(key string) bool { return len(hashTag(key)) < len(key) }
 
 // waitersKey names the queue of waiters for key, in key's Cluster slot.
 func waitersKey(key string) string { return sameSlotKey(key, waitersSuffix) }

@@ -14,6 +14,7 @@ import (
 type Lock struct {
 	locker *Locker
 	key    string
+	keys   []string // a group's keys (TryAcquireMany), key first; nil for a lock on one key (group.go)
 
 	fencingToken int64  // 0 without WithFencing
 	token        string // TokenFormat: in every value we write for this lease; ownership is carrying it
@@ -159,7 +160,14 @@ func (k *Lock) release(ctx context.Context) error {
 		}
 		expiresAt := k.lease.ends() // a Release in doubt answers by the lease, whatever a Refresh since found (H5)
 		live := !expired(expiresAt, k.locker.cfg.clock.Now())
-		deleted, err := k.locker.deleteIfOwned(ctx, k)
+		var deleted bool
+		var foreign string // a group's key that holds someone else's value (H3)
+		var err error
+		if k.keys != nil {
+			deleted, foreign, err = k.locker.releaseGroup(ctx, k)
+		} else {
+			deleted, err = k.locker.deleteIfOwned(ctx, k)
+		}
 		if err != nil {
 			k.state.store(inDoubt)
 			k.releaseInDoubt = true
@@ -168,8 +176,10 @@ func (k *Lock) release(ctx context.Context) error {
 		switch {
 		case !live:
 			return k.finish(released, fmt.Errorf("%w: the lease on %q expired at %s", ErrNotHeld, k.key, expiresAt.UTC().Format(time.RFC3339Nano)))
+		case foreign != "":
+			return k.finish(released, fmt.Errorf("%w: %q no longer holds our value", ErrNotHeld, foreign))
 		case !deleted && !k.releaseInDoubt && (k.token == "" || k.Err() != nil),
-			!deleted && k.token != "" && k.locker.forcedAway(ctx, k): // a trace proves no run of ours deleted it, even one in doubt (review 24)
+			!deleted && k.token != "" && k.locker.forcedAwayAny(ctx, k): // a trace proves no run of ours deleted it, even one in doubt (review 24)
 			return k.finish(released, fmt.Errorf("%w: %q no longer holds our value", ErrNotHeld, k.key))
 		}
 		// Deleted now, or by an earlier run whose reply was lost (H5): while

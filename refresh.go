@@ -49,14 +49,16 @@ func (k *Lock) refresh(ctx context.Context, ttl time.Duration) error {
 		return k.finish(lost, fmt.Errorf("%w: the lease on %q expired at %s", ErrNotHeld, k.key, ends.UTC().Format(time.RFC3339Nano)))
 	}
 	renewed := l.newStamp(now, ttl, k.token)
-	written, err := l.compareAndWrite(ctx, k.key, k.owns, func(pipe redis.Pipeliner) {
-		pipe.Set(ctx, k.key, renewed.value, 0)
-		pipe.PExpire(ctx, k.key, l.safetyNet(renewed.length()))
+	// H3: only while the key, or every key of a group, holds our value; a
+	// group is renewed all or nothing (group.go).
+	written, err := k.setOwned(ctx, func(pipe redis.Pipeliner, key string) {
+		pipe.Set(ctx, key, renewed.value, 0)
+		pipe.PExpire(ctx, key, l.safetyNet(renewed.length()))
 	})
 	if err == nil && written {
 		// H9: a renewal the replicas did not acknowledge before the old
 		// lease ended is believed no more than one lost on the network.
-		err = l.replicate(ctx, ourWrite{k.key, renewed.value}, renewed.length(), k.ExpiresAt())
+		err = l.replicate(ctx, ourWrite{k.key, renewed.value}, renewed.length(), k.ExpiresAt(), k.alsoWritten(renewed.value)...)
 	}
 	if err != nil {
 		// The new end may or may not be stored: believe the earlier one,
@@ -95,5 +97,9 @@ func (k *Lock) refresh(ctx context.Context, ttl time.Duration) error {
 func (k *Lock) discard(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), undoTimeout)
 	defer cancel()
+	if k.keys != nil {
+		_, _ = k.locker.deleteAllOwned(ctx, k.keys, k.owns)
+		return
+	}
 	_, _ = k.locker.deleteOwned(ctx, k.key, k.owns)
 }

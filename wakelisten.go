@@ -32,20 +32,30 @@ func (w *waiting) listen(ctx context.Context) {
 	if w.listener == "" {
 		w.listener = formatListener(newToken())
 	}
-	l := w.l
-	waiters := waitersKey(w.key)
+	w.listed = w.l.listIn(ctx, w.listener, w.key)
+}
+
+// listIn lists listener in the queue of each of keys (listen; a group's
+// wait lists itself on every key, groupwait.go) and reports whether it
+// was listed everywhere.
+func (l *Locker) listIn(ctx context.Context, listener string, keys ...string) bool {
 	net := l.safetyNet(l.cfg.ttl)
-	var ttl *redis.DurationCmd
+	ttls := make([]*redis.DurationCmd, len(keys))
 	_, err := l.client.Pipelined(ctx, func(pipe redis.Pipeliner) error {
-		pipe.ZAdd(ctx, waiters, redis.Z{Score: float64(l.cfg.clock.Now().UnixMicro()), Member: w.listener})
-		ttl = pipe.PTTL(ctx, waiters)
+		for i, key := range keys {
+			waiters := waitersKey(key)
+			pipe.ZAdd(ctx, waiters, redis.Z{Score: float64(l.cfg.clock.Now().UnixMicro()), Member: listener})
+			ttls[i] = pipe.PTTL(ctx, waiters)
+		}
 		return nil
 	})
-	if err == nil && ttl.Val() < net/2 {
-		err = l.client.PExpire(ctx, waiters, net).Err()
+	for i := 0; err == nil && i < len(keys); i++ {
+		if ttls[i].Val() < net/2 {
+			err = l.client.PExpire(ctx, waitersKey(keys[i]), net).Err()
+		}
 	}
 	l.caps.narrow(capQueue, err) // refused the queue: not listed, ever; this Locker's releases publish always
-	w.listed = err == nil
+	return err == nil
 }
 
 // unlist takes the wait's listener off its key's queue when the wait
@@ -56,8 +66,16 @@ func (w *waiting) unlist(ctx context.Context) {
 	if w.listener == "" {
 		return
 	}
+	w.l.unlistFrom(ctx, w.listener, w.key)
+	w.listener, w.listed = "", false
+}
+
+// unlistFrom takes listener off the queue of each of keys, on its own
+// short deadline whatever ctx says (unlist).
+func (l *Locker) unlistFrom(ctx context.Context, listener string, keys ...string) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), leaveTimeout)
 	defer cancel()
-	_ = w.l.client.ZRem(ctx, waitersKey(w.key), w.listener).Err()
-	w.listener, w.listed = "", false
+	for _, key := range keys {
+		_ = l.client.ZRem(ctx, waitersKey(key), listener).Err()
+	}
 }
