@@ -168,7 +168,7 @@ func (c *Config) modeDefaults(mode string) {
 		// others' 100s limit. A bound for a stuck run, not an expectation.
 		c.Duration = 240 * time.Second
 	case ModeRWLock:
-		c.Keys = 1 // the writer key: lockKeys
+		c.Keys = 1 // the writer key (lockKeys)
 		// One lock for every client: each crashed, stopped or in-doubt
 		// holder holds up everyone for a lease (a reader every writer, and
 		// the readers queued behind it), where in the other modes it holds
@@ -227,10 +227,13 @@ func (c Config) fenced() bool { return c.Mode == ModeFencing || c.Mode == ModeEl
 // lockKeys are the run's lock keys: "chaos.k<i>", or in an election run
 // the elections' lock keys, "{chaos.k<i>}.election" (setnxlock.ElectionKey),
 // or in a semaphore run its permit keys, "{chaos.s}.permit.<i>"
-// (setnxlock.PermitKey), c.Keys of them: its count; or in an rwlock run
-// its read/write lock's writer key, "{chaos.rw}.writer" (the readers'
+// (setnxlock.PermitKey), c.Keys of them: its count; in an rwlock run, its
+// read/write lock's writer key alone, "{chaos.rw}.writer" (the readers'
 // keys are made as they come).
 func (c Config) lockKeys() []string {
+	if name := c.rwLock(); name != "" {
+		return []string{setnxlock.WriterKey(name)} // whatever c.Keys says
+	}
 	out := make([]string, c.Keys)
 	for i := range out {
 		out[i] = fmt.Sprintf("chaos.k%d", i)
@@ -239,8 +242,6 @@ func (c Config) lockKeys() []string {
 			out[i] = setnxlock.ElectionKey(out[i])
 		case ModeSemaphore:
 			out[i] = setnxlock.PermitKey(SemaphoreName, i)
-		case ModeRWLock:
-			out[i] = setnxlock.WriterKey(RWLockName)
 		}
 	}
 	return out

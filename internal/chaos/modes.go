@@ -155,15 +155,14 @@ func lockerFor(mode string, slot int) LockerConfig {
 		// scripts, half on the commands alone, on the same permits.
 		c.Semaphore = SemaphoreName
 		c.NoScripts = slot%4 >= 2
-	case ModeRWLock:
-		// Readers and writers are lock keys of the Locker's options: half
-		// on the scripts, half on the commands alone, on the same lock.
-		c.RWLock = RWLockName
-		c.NoScripts = slot%4 >= 2
-	case ModeMulti:
-		// Groups and single keys, half on the scripts, half on the
-		// commands alone, on the same keys.
-		c.Multi = true
+	case ModeRWLock, ModeMulti:
+		// Readers and writers, or groups and single keys, are lock keys
+		// of the Locker's options: half on the scripts, half on the
+		// commands alone, on the same lock or keys.
+		if mode == ModeRWLock {
+			c.RWLock = RWLockName
+		}
+		c.Multi = mode == ModeMulti
 		c.NoScripts = slot%4 >= 2
 	case ModeMixed:
 		switch slot % 4 {

@@ -39,6 +39,17 @@ func groupKeys(key string) []string { return strings.Split(key, ",") }
 // isGroup reports whether a key on record is a group's.
 func isGroup(key string) bool { return strings.Contains(key, ",") }
 
+// groupCount counts the acquisitions of groups.
+func groupCount(acqs []Acquisition) int {
+	n := 0
+	for _, a := range acqs {
+		if isGroup(a.Key) {
+			n++
+		}
+	}
+	return n
+}
+
 // perKey returns the history with each group's acquisition as an
 // acquisition of each of its keys, and each group's call that won nothing
 // as a call of each of its keys, each in doubt on a key when a write of
@@ -51,20 +62,24 @@ func (h History) perKey() History {
 		return h
 	}
 	out := h
-	out.Acquisitions = make([]Acquisition, 0, len(h.Acquisitions))
-	for _, a := range h.Acquisitions {
-		for _, key := range groupKeys(a.Key) {
-			each := a
-			each.Key, each.InDoubt = key, doubtsOn(a.InDoubt, a.DoubtOn, key)
-			out.Acquisitions = append(out.Acquisitions, each)
-		}
-	}
-	out.Calls = make([]Call, 0, len(h.Calls))
-	for _, c := range h.Calls {
-		for _, key := range groupKeys(c.Key) {
-			each := c
-			each.Key, each.InDoubt = key, doubtsOn(c.InDoubt, c.DoubtOn, key)
-			out.Calls = append(out.Calls, each)
+	out.Acquisitions = eachKey(h.Acquisitions, func(a Acquisition) string { return a.Key }, func(a Acquisition, key string) Acquisition {
+		a.Key, a.InDoubt = key, doubtsOn(a.InDoubt, a.DoubtOn, key)
+		return a
+	})
+	out.Calls = eachKey(h.Calls, func(c Call) string { return c.Key }, func(c Call, key string) Call {
+		c.Key, c.InDoubt = key, doubtsOn(c.InDoubt, c.DoubtOn, key)
+		return c
+	})
+	return out
+}
+
+// eachKey returns a copy of each item for each key its key on record
+// (keyOf) lists, made by one.
+func eachKey[T any](items []T, keyOf func(T) string, one func(T, string) T) []T {
+	out := make([]T, 0, len(items))
+	for _, it := range items {
+		for _, key := range groupKeys(keyOf(it)) {
+			out = append(out, one(it, key))
 		}
 	}
 	return out

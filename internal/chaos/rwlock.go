@@ -130,6 +130,27 @@ func rwRole(s rwSection) string {
 	return "a reader (" + s.key + ")"
 }
 
+// rwCounts counts the acquisitions of the read/write lock name by
+// readers and by writers.
+func rwCounts(name string, acqs []Acquisition) (readers, writers int) {
+	readers = len(rwWaits(name, acqs, false))
+	return readers, len(rwWaits(name, acqs, true))
+}
+
+// rwWaits are the waits, from call to grant, of the acquisitions of the
+// read/write lock name by writers, or by readers: a measure for the
+// report, faults and all (a writer behind a crashed reader waits out its
+// lease), not a check.
+func rwWaits(name string, acqs []Acquisition, writers bool) []time.Duration {
+	var out []time.Duration
+	for _, a := range acqs {
+		if ofRWLock(name, a.Key) && isReader(name, a.Key) != writers {
+			out = append(out, a.Granted.Sub(called(a)))
+		}
+	}
+	return out
+}
+
 // rwInput is one operation on a read/write lock by holder: take or give
 // up a read or the write lock.
 type rwInput struct {
