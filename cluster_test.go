@@ -57,6 +57,7 @@ var clusterScenarios = []struct {
 	{"ScanStatus lists the locks of every master", clusterScanStatus},
 	{"a semaphore's permits, count and fence counter share one slot", clusterSemaphore},
 	{"a group of keys in one slot is locked on its master; keys in different slots are refused, nothing written", clusterGroup},
+	{"a read/write lock's keys share one slot; readers share, a writer excludes", clusterRWLock},
 }
 
 // clusterBackend is the shared cluster as one scenario sees it.
@@ -508,5 +509,31 @@ func clusterSemaphore(t *testing.T, c *clusterBackend) {
 		assert.Less(t, second.FencingToken(), third.FencingToken(), name)
 		require.NoError(t, third.Release(ctx))
 		require.NoError(t, second.Release(ctx))
+	}
+}
+
+func clusterRWLock(t *testing.T, c *clusterBackend) {
+	for _, name := range []string{"doc", "{tenant}.doc"} {
+		slot := c.slot(t, WriterKey(name))
+		for _, key := range []string{ReaderKey(name, "x"), ReadersKey(name), FenceKey(WriterKey(name)), waitersKey(WriterKey(name))} {
+			require.Equal(t, slot, c.slot(t, key), "%s: %s is in the writer key's slot", name, key)
+		}
+		rw := func() *RWLock { return rwOf(t, c.locker(t, WithFencing()), name) }
+		first, err := rw().TryRLock(ctx)
+		require.NoError(t, err)
+		second, err := rw().RLock(ctx)
+		require.NoError(t, err, "%s: readers share", name)
+		_, err = rw().TryLock(ctx)
+		require.ErrorIs(t, err, ErrNotAcquired, "%s: a writer beside readers", name)
+
+		got := takeInBackground(t, rw().Lock, name+": the writer")
+		require.NoError(t, first.Release(ctx))
+		require.NoError(t, second.Release(ctx))
+		writer := await.Recv(t, got, "%s: the writer behind the readers", name)
+		require.NotNil(t, writer)
+		assert.Greater(t, writer.FencingToken(), second.FencingToken(), name)
+		_, err = rw().TryRLock(ctx)
+		require.ErrorIs(t, err, ErrNotAcquired, "%s: a reader beside the writer", name)
+		require.NoError(t, writer.Release(ctx))
 	}
 }

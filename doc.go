@@ -117,6 +117,16 @@
 // must share a slot (keyslot.go). The Lock's round trips branch for a
 // group in group.go (release, all-or-nothing renewal, undo); AcquireMany
 // waits on every key's wake-ups, never queued (groupwait.go).
+// A read/write lock (rwlock.go) is a writer key and a lock key per
+// reader: a writer holds WriterKey(name), taken as any lock (its queue,
+// handoff, takeover, fencing), then waits until no reader listed at
+// ReadersKey(name) holds a live lease (rwreaders.go, which deletes
+// expired reader keys by their exact value); a reader is admitted by one
+// transaction watched on the writer key and its queue (rwadmit.go), or,
+// refused, waits in the writer key's queue with the writers and converts
+// once it holds the key, so that readers and writers are served in one
+// arrival order and no reader passes a waiting writer; rwstatus.go reads
+// its writer, queue and readers (Status).
 //
 // Leader election rides on the lock: a candidate leads while it holds the
 // lock on ElectionKey(name), taken with a fencing token (its term) and

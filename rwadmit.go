@@ -41,8 +41,10 @@ func (rw *RWLock) admit(ctx context.Context, holder *Lock) (*Lock, error) {
 		}
 	}
 	switch {
-	case errors.Is(err, ErrNotAcquired), errors.Is(err, ErrNotLockValue), errors.Is(err, redis.TxFailedErr):
+	case errors.Is(err, ErrNotAcquired), errors.Is(err, ErrNotLockValue):
 		return nil, err // nothing written
+	case errors.Is(err, redis.TxFailedErr):
+		return nil, fmt.Errorf("%w: read lock %q: its keys changed under us %d times", ErrNotAcquired, rw.name, maxTransactionAttempts)
 	case err != nil:
 		// H5: the EXEC may have run and only its reply been lost. The
 		// reader key is deleted while it holds exactly our value, so the
@@ -62,13 +64,31 @@ func (rw *RWLock) admit(ctx context.Context, holder *Lock) (*Lock, error) {
 	if err != nil {
 		return nil, err // its key undone, or left to its lease; its id pruned by writers
 	}
-	readers := ReadersKey(rw.name)
-	lock.afterRelease = func(ctx context.Context) {
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), leaveTimeout)
-		defer cancel()
-		_ = l.client.SRem(ctx, readers, id).Err() // best effort: writers prune what is left
-	}
+	lock.afterRelease = func(ctx context.Context) { rw.forget(ctx, id) }
 	return lock, nil
+}
+
+// forget takes the released reader id off the list, and announces the
+// release to the writers draining the readers (drain), in one round trip,
+// within leaveTimeout even when ctx has ended. Best effort: a writer
+// prunes an id left behind, and polls when no announcement comes. A
+// refused PUBLISH switches wake-ups off for the Locker, as elsewhere.
+func (rw *RWLock) forget(ctx context.Context, id string) {
+	l := rw.locker
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), leaveTimeout)
+	defer cancel()
+	readers := ReadersKey(rw.name)
+	if !l.caps.allows(capPubSub) {
+		_ = l.client.SRem(ctx, readers, id).Err()
+		return
+	}
+	var publish *redis.IntCmd
+	_, _ = l.client.Pipelined(ctx, func(pipe redis.Pipeliner) error {
+		pipe.SRem(ctx, readers, id)
+		publish = pipe.Publish(ctx, WakeChannel(readers), id)
+		return nil
+	})
+	l.caps.narrow(capPubSub, publish.Err())
 }
 
 // admitOnce is one run of the reader transaction: WATCH the writer key
@@ -85,8 +105,9 @@ func (rw *RWLock) admitOnce(ctx context.Context, holder *Lock, key, id string, o
 		if refused := rw.admissible(get, queued, holder); refused != nil {
 			return errors.Join(refused, unwatch(ctx, tx))
 		}
+		var set *redis.StatusCmd
 		cmds, err := tx.TxPipelined(ctx, func(pipe redis.Pipeliner) error {
-			pipe.Set(ctx, key, ours.value, 0)
+			set = pipe.Set(ctx, key, ours.value, 0)
 			pipe.PExpire(ctx, key, l.safetyNet(ours.length()))
 			pipe.SAdd(ctx, ReadersKey(rw.name), id)
 			if l.cfg.fencing {
@@ -94,6 +115,9 @@ func (rw *RWLock) admitOnce(ctx context.Context, holder *Lock, key, id string, o
 			}
 			return nil
 		})
+		if set.Err() == nil && incr != nil && isReplyError(incr.Err()) {
+			return nil // the EXEC ran, and its INCR failed: admit undoes the reader (H7)
+		}
 		return withCause(cmds, err)
 	})
 	return incr, err
@@ -111,6 +135,10 @@ func (rw *RWLock) admissible(get *redis.StringCmd, queued *redis.IntCmd, holder 
 		return fmt.Errorf("setnxlock: read lock %q: writer key %q: %w", rw.name, writer, err)
 	}
 	if holder != nil {
+		// owns reads only holder's token here, set before the Lock was
+		// handed out and never changed (RWLock requires TokenFormat), so
+		// it needs no turn of holder's, even while a handoff's claim is
+		// in flight (heard.go).
 		if !found || !holder.owns(current) {
 			return fmt.Errorf("%w: read lock %q: the writer key is no longer this reader's place in line", ErrNotAcquired, rw.name)
 		}

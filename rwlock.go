@@ -120,8 +120,12 @@ func (rw *RWLock) TryRLock(ctx context.Context) (*Lock, error) {
 // ctx.Err().
 func (rw *RWLock) RLock(ctx context.Context) (*Lock, error) {
 	l, writer := rw.locker, WriterKey(rw.name)
+	var held *Lock // the writer key, while a reader that waited in line converts
 	for {
-		lock, err := rw.admit(ctx, nil)
+		lock, err := rw.admit(ctx, held)
+		if held != nil {
+			rw.giveUp(ctx, held) // hands the writer key to the next in line
+		}
 		switch {
 		case err == nil:
 			return lock, nil
@@ -129,20 +133,12 @@ func (rw *RWLock) RLock(ctx context.Context) (*Lock, error) {
 			return nil, contextEnded(writer, ctx.Err(), err)
 		case !retryable(err):
 			return nil, err
+		case held != nil:
+			held = nil // its place in line was lost: look again
+			continue
 		}
 		// Refused: wait in line with the writers, then convert.
-		held, err := l.Acquire(ctx, writer)
-		if err != nil {
-			return nil, err
-		}
-		lock, err = rw.admit(ctx, held)
-		rw.giveUp(ctx, held) // hands the writer key to the next in line
-		switch {
-		case err == nil:
-			return lock, nil
-		case ctx.Err() != nil:
-			return nil, contextEnded(writer, ctx.Err(), err)
-		case !retryable(err):
+		if held, err = l.Acquire(ctx, writer); err != nil {
 			return nil, err
 		}
 	}
@@ -194,13 +190,24 @@ var errWriterLost = fmt.Errorf("%w: the writer key was lost while readers draine
 // drain returns nil once no reader of the lock holds a live lease while
 // held, the writer key's Lock, is live; wait says whether to wait for
 // them (Lock) or to refuse at once (TryLock). Waiting, it keeps held's
-// lease renewed (unless its keeper does), and polls with backoff, never
-// past the earliest reader's end. A reader key that is not a lock value
-// (H7) blocks the writer: ErrNotLockValue.
+// lease renewed (unless its keeper does), listens for the readers'
+// releases (announced on WakeChannel(ReadersKey(name)) by forget) and
+// polls with backoff in case one goes unheard, never past the earliest
+// reader's end. It looks again once its subscription is confirmed, so a
+// release before that is seen. A reader key that is not a lock value (H7)
+// blocks the writer: ErrNotLockValue.
 func (rw *RWLock) drain(ctx context.Context, held *Lock, wait bool) error {
 	l, writer := rw.locker, WriterKey(rw.name)
 	retry := newBackoff(l.cfg.minBackoff, l.cfg.maxBackoff)
+	var wake *wakeup
+	defer func() { wake.close() }()
 	for {
+		if wake.listening() {
+			// What was announced so far is older than the read below; a
+			// release announced after it wakes the sleep. A gone
+			// subscription is forgotten: the wait polls.
+			wake.drain()
+		}
 		live, until, err := rw.liveReaders(ctx)
 		now := l.cfg.clock.Now()
 		switch {
@@ -223,6 +230,9 @@ func (rw *RWLock) drain(ctx context.Context, held *Lock, wait bool) error {
 				return errWriterLost
 			}
 		}
+		if wake == nil {
+			wake = l.subscribeTo(ctx, WakeChannel(ReadersKey(rw.name)))
+		}
 		pause := retry.next()
 		if r := until.Sub(now); err == nil && r > 0 && r < pause {
 			pause = r
@@ -235,8 +245,12 @@ func (rw *RWLock) drain(ctx context.Context, held *Lock, wait bool) error {
 		case <-held.Done():
 			timer.Stop()
 			return errWriterLost
+		case <-wake.confirming():
+			wake.confirmed() // look again: a release before it went unheard
+		case <-wake.announced():
 		case <-timer.C:
 		}
+		timer.Stop()
 	}
 }
 

@@ -33,10 +33,7 @@ type criticalSection struct {
 // hold runs body as a critical section of lock, whose Locker reads clock,
 // and reports whether it counted (the lease was live on entry and exit).
 func (c *criticalSection) hold(lock *Lock, clock Clock, body func()) bool {
-	entered, from := clock.Now(), time.Now()
-	body()
-	to, exited := time.Now(), clock.Now()
-	live := entered.Before(lock.ExpiresAt()) && exited.Before(lock.ExpiresAt())
+	from, to, live := heldThrough(lock, clock, body)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if !live {
@@ -45,6 +42,16 @@ func (c *criticalSection) hold(lock *Lock, clock Clock, body func()) bool {
 	}
 	c.sections = append(c.sections, [2]time.Time{from, to})
 	return true
+}
+
+// heldThrough runs body as a critical section of lock, whose Locker reads
+// clock: when it began and ended by the system clock, and whether the
+// lease was live on entry and exit by the Locker's.
+func heldThrough(lock *Lock, clock Clock, body func()) (from, to time.Time, live bool) {
+	entered, from := clock.Now(), time.Now()
+	body()
+	to, exited := time.Now(), clock.Now()
+	return from, to, entered.Before(lock.ExpiresAt()) && exited.Before(lock.ExpiresAt())
 }
 
 // counted returns how many sections counted, and how many overran.
@@ -140,23 +147,35 @@ func TestMutualExclusionUnderContention(t *testing.T) {
 func TestMutualExclusionWithCrashedHolders(t *testing.T) {
 	const workers, lockers, cycles = 16, 4, 40
 	onEachBackend(t, func(t *testing.T, b *backend) {
-		ls := make([]*Locker, lockers)
-		for i := range ls {
-			ls[i] = b.locker(t, WithClock(systemClock{}), WithTTL(150*time.Millisecond), WithBackoff(100*time.Microsecond, 2*time.Millisecond))
-		}
 		var crashes atomic.Int64
-		cs := contend(t, ls, workers, cycles, func() bool {
-			if rand.IntN(80) == 0 {
-				crashes.Add(1)
-				return true
-			}
-			return false
-		})
+		cs := contend(t, crashingLockers(t, b, lockers), workers, cycles, crashOneIn(80, &crashes))
 		counted, overran := cs.counted()
 		t.Logf("%d acquisitions, %d crashed holders recovered", counted+overran, crashes.Load())
 		assert.Equal(t, workers*cycles, counted+overran)
 		assert.Equal(t, 1, cs.most(), "two holders were inside the critical section at once")
 	})
+}
+
+// crashingLockers returns n Lockers of b on the system clock, with a short
+// TTL for crashed holders' leases to run out soon, and fast backoff.
+func crashingLockers(t *testing.T, b *backend, n int) []*Locker {
+	ls := make([]*Locker, n)
+	for i := range ls {
+		ls[i] = b.locker(t, WithClock(systemClock{}), WithTTL(150*time.Millisecond), WithBackoff(100*time.Microsecond, 2*time.Millisecond))
+	}
+	return ls
+}
+
+// crashOneIn is a crash decision for contend: one holder in n, at random,
+// abandons its lock; crashes counts them.
+func crashOneIn(n int, crashes *atomic.Int64) func() bool {
+	return func() bool {
+		if rand.IntN(n) == 0 {
+			crashes.Add(1)
+			return true
+		}
+		return false
+	}
 }
 
 // The check above must be able to fail: a Locker whose clock runs a minute

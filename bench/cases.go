@@ -21,6 +21,9 @@ type caseSpec struct {
 	shared  bool // the workers share one Redis client and one locker, as a service's goroutines do
 	crash   bool
 	permits int // a semaphore case: the workers take permits of one semaphore of this many, not one lock
+	// writePercent, in a read/write case, is the share of cycles that
+	// write; the others read, side by side, one read/write lock.
+	writePercent int
 }
 
 // cases lists the benchmark's cases in report order.
@@ -33,6 +36,7 @@ func cases() []caseSpec {
 		{id: caseW32Hold0, title: "32 workers, 0 ms hold", workers: 32},
 		{id: caseW32Hold1ms, title: "32 workers, 1 ms hold", workers: 32, hold: time.Millisecond},
 		{id: caseSemaphore, title: "semaphore of 4 permits, 16 workers, 1 ms hold", workers: 16, hold: time.Millisecond, permits: 4},
+		{id: caseRWLock, title: "read/write lock, 90% reads, 16 workers, 1 ms hold", workers: 16, hold: time.Millisecond, writePercent: 10},
 		{id: caseCrash, title: "crash recovery", workers: 2, crash: true},
 	}
 }
@@ -47,11 +51,14 @@ const (
 	caseW32Hold1ms  = "w32-hold1ms"
 	caseCrash       = "crash"
 	caseSemaphore   = "sem4-w16-hold1ms"
+	caseRWLock      = "rw90-w16-hold1ms"
 )
 
 // runs reports whether lib takes part in c.
 func (c caseSpec) runs(lib *library) bool {
 	switch {
+	case c.writePercent > 0:
+		return lib.newRWLock != nil
 	case c.permits > 0:
 		return lib.newSemaphore != nil
 	case lib.newLocker == nil:
@@ -66,14 +73,22 @@ func (c caseSpec) runs(lib *library) bool {
 }
 
 // ceiling is the name of the case's in-process ceiling: the same loop
-// with no Redis, around sync.Mutex, or in a semaphore case x/sync's
-// semaphore.Weighted.
+// with no Redis, around sync.Mutex, in a semaphore case x/sync's
+// semaphore.Weighted, in a read/write case sync.RWMutex.
 func (c caseSpec) ceiling() string {
-	if c.permits > 0 {
+	switch {
+	case c.writePercent > 0:
+		return nameRWMutex
+	case c.permits > 0:
 		return nameWeighted
 	}
 	return nameMutex
 }
+
+// overlapping reports whether holders of the case may hold side by side
+// (a semaphore's permits, a read/write lock's readers): then one entry
+// after another's release is no handoff, and no peer takes part.
+func (c caseSpec) overlapping() bool { return c.permits > 0 || c.writePercent > 0 }
 
 // runResult is what one run of one library in one case measured.
 type runResult struct {
@@ -104,10 +119,11 @@ type harness struct {
 
 // newWorkers makes n of lib's workers with the given lease: each over its
 // own client and locker, or all over one when shared (always, for a
-// library without Redis); with permits, workers that take permits of a
-// semaphore of that many (library.newSemaphore). closeAll stops the
-// lockers and closes the clients.
-func (h *harness) newWorkers(lib *library, n int, shared bool, ttl time.Duration, permits int) (workers []worker, closeAll func(), err error) {
+// library without Redis); in a semaphore case (c.permits), workers that
+// take permits of a semaphore of that many (library.newSemaphore), in a
+// read/write case, readers and writers of one lock (library.newRWLock).
+// closeAll stops the lockers and closes the clients.
+func (h *harness) newWorkers(lib *library, n int, shared bool, ttl time.Duration, c caseSpec) (workers []worker, closeAll func(), err error) {
 	var closers []func() error
 	closeAll = func() {
 		for i := len(closers) - 1; i >= 0; i-- {
@@ -124,9 +140,12 @@ func (h *harness) newWorkers(lib *library, n int, shared bool, ttl time.Duration
 				client = newClient(h.addr)
 				closers = append(closers, client.Close)
 			}
-			if permits > 0 {
-				l, err = lib.newSemaphore(client, ttl, permits)
-			} else {
+			switch {
+			case c.writePercent > 0:
+				l, err = lib.newRWLock(client, ttl, c.writePercent)
+			case c.permits > 0:
+				l, err = lib.newSemaphore(client, ttl, c.permits)
+			default:
 				l, err = lib.newLocker(client, ttl)
 			}
 			if err != nil {

@@ -14,7 +14,7 @@ import (
 // own client, calls the blocking acquire at once. The recovery is the time
 // from the holder's lease end to the waiter's acquire returning.
 func (h *harness) runCrash(lib *library, c caseSpec, round int) (runResult, error) {
-	pair, closeAll, err := h.newWorkers(lib, 2, false, h.cfg.crashTTL, 0)
+	pair, closeAll, err := h.newWorkers(lib, 2, false, h.cfg.crashTTL, caseSpec{})
 	if err != nil {
 		return runResult{}, err
 	}

@@ -61,9 +61,11 @@ func (p *rttProbe) close() error { return p.client.Close() }
 // under contention, cycles overlap, and what cannot overlap is the hold and
 // one round trip per handoff: half of one for the winner's reply to reach
 // it, half of one for its release to reach the server. A semaphore's
-// permits turn over side by side: its floor is that many locks'.
+// permits turn over side by side: its floor is that many locks'. A
+// read/write lock has none: how many readers overlap depends on the draw
+// of the writes.
 func floorRate(c caseSpec, rtt time.Duration) float64 {
-	if c.crash || rtt <= 0 {
+	if c.crash || c.writePercent > 0 || rtt <= 0 {
 		return 0
 	}
 	trips := time.Duration(1)

@@ -20,6 +20,7 @@ const (
 	nameRedsync   = "redsync"
 	nameMutex     = "sync.Mutex"
 	nameWeighted  = "x/sync semaphore.Weighted"
+	nameRWMutex   = "sync.RWMutex"
 )
 
 // report turns results into the stdout tables, BENCHMARKS.md and the chart.

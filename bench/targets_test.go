@@ -87,6 +87,7 @@ func winningRows(fix func(map[string]map[string]row)) map[string]map[string]row 
 	semOwn := own
 	semOwn.rate, semOwn.wait = 860, 20*time.Millisecond // 0.86× the ceiling's rate, 2× its wait
 	rows[caseSemaphore] = map[string]row{nameWeighted: mutex, nameSetnx: semOwn, nameNoScripts: noScripts}
+	rows[caseRWLock] = map[string]row{nameRWMutex: mutex, nameSetnx: semOwn, nameNoScripts: noScripts}
 	if fix != nil {
 		fix(rows)
 	}
@@ -126,7 +127,7 @@ func TestTargetsNameRealCases(t *testing.T) {
 	}
 	// the targets per case, plus one "ahead" verdict each
 	want := map[string]int{caseUncontended: 5 + 1, caseW8Hold1ms: 3 + 3 + 1, caseShared: 3 + 1,
-		caseW8Hold0: 2 + 1, caseW32Hold0: 2 + 1, caseW32Hold1ms: 3 + 1, caseCrash: 1 + 1, caseSemaphore: 2, "": 1} // no peer has a semaphore: no "ahead"
+		caseW8Hold0: 2 + 1, caseW32Hold0: 2 + 1, caseW32Hold1ms: 3 + 1, caseCrash: 1 + 1, caseSemaphore: 2, caseRWLock: 2, "": 1} // no peer has a semaphore or a read/write lock: no "ahead"
 	for id, n := range want {
 		if perCase[id] != n {
 			t.Errorf("case %q: %d targets, want %d", id, perCase[id], n)

@@ -25,7 +25,7 @@ const errorBudget = 1000
 // runThroughput runs lib's workers in loops of acquire, hold, release on
 // one key for the configured duration.
 func (h *harness) runThroughput(lib *library, c caseSpec, round int) (runResult, error) {
-	workers, closeAll, err := h.newWorkers(lib, c.workers, c.shared, h.cfg.ttl, c.permits)
+	workers, closeAll, err := h.newWorkers(lib, c.workers, c.shared, h.cfg.ttl, c)
 	if err != nil {
 		return runResult{}, err
 	}
@@ -70,14 +70,15 @@ func (h *harness) runThroughput(lib *library, c caseSpec, round int) (runResult,
 					continue
 				}
 				acq := time.Since(base)
-				if holders.Add(1) > holdersAllowed {
+				weight, allowed := c.holding(w, holdersAllowed)
+				if holders.Add(weight) > allowed {
 					violations.Add(1)
 				}
 				n := count.Add(1) // inside the critical section: n is the lock order (of a lock; a semaphore's entries)
 				if c.hold > 0 {
 					time.Sleep(c.hold)
 				}
-				holders.Add(-1)
+				holders.Add(-weight)
 				err := w.release(releaseCtx)
 				rel := time.Since(base)
 				if err != nil {
@@ -109,13 +110,33 @@ func (h *harness) runThroughput(lib *library, c caseSpec, round int) (runResult,
 		res.firstErr = err
 	}
 	res.waits, res.handoffs, res.selfPairs, res.pairs = cycleStats(buf[:min(res.cycles, int64(len(buf)))])
-	if c.permits > 0 {
-		// Holders of different permits overlap: one entry after another's
-		// release is no handoff.
+	if c.overlapping() {
+		// Holders of different permits, or readers, overlap: one entry
+		// after another's release is no handoff.
 		res.handoffs, res.selfPairs, res.pairs = nil, 0, 0
 	}
 	res.commands, res.serverCPU, err = h.serverStats(lib, cpuBefore)
 	return res, err
+}
+
+// writerWeight is what a writer of a read/write case adds to the count
+// of holders, and a reader 1: a writer beside anyone makes the count
+// exceed writerWeight, and a reader beside a writer reach it.
+const writerWeight = 1 << 32
+
+// holding is what worker w, which just acquired, adds to the count of
+// holders, and the most that count may then be: 1 and holdersAllowed,
+// but in a read/write case a reader's 1 below writerWeight, a writer's
+// writerWeight alone.
+func (c caseSpec) holding(w worker, holdersAllowed int64) (weight, allowed int64) {
+	rw, ok := w.(rwWorker)
+	switch {
+	case c.writePercent == 0 || !ok:
+		return 1, holdersAllowed
+	case rw.writing():
+		return writerWeight, writerWeight
+	}
+	return 1, writerWeight - 1
 }
 
 // cycleStats turns the recorded prefix of cycles, in lock order, into acquire

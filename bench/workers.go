@@ -44,6 +44,10 @@ type library struct {
 	// newSemaphore, when set, makes lockers whose workers take permits of
 	// one semaphore of permits, the key naming it: the semaphore case.
 	newSemaphore func(client *redis.Client, ttl time.Duration, permits int) (locker, error)
+	// newRWLock, when set, makes lockers whose workers read or write one
+	// read/write lock, the key naming it, writing writePercent of their
+	// cycles: the read/write case.
+	newRWLock func(client *redis.Client, ttl time.Duration, writePercent int) (locker, error)
 }
 
 // keyPart is the library's name as a piece of a Redis key.
@@ -167,6 +171,11 @@ func libraries(retry time.Duration) []*library {
 			return setnxSemaphoreLocker(client, ttl, permits, opts...)
 		}
 	}
+	setnxRW := func(opts ...setnxlock.Option) func(*redis.Client, time.Duration, int) (locker, error) {
+		return func(client *redis.Client, ttl time.Duration, writePercent int) (locker, error) {
+			return setnxRWLocker(client, ttl, writePercent, opts...)
+		}
+	}
 	return []*library{
 		{
 			name: nameRaw, shortLabel: "raw", redis: true, solo: true, contended: true,
@@ -180,6 +189,7 @@ func libraries(retry time.Duration) []*library {
 			config:       "default mode (scripts allowed), WithBackoff(retry, retry): the peers' retry settings; Semaphore.Acquire in the semaphore case",
 			newLocker:    setnx(setnxlock.WithBackoff(retry, retry)),
 			newSemaphore: setnxSem(setnxlock.WithBackoff(retry, retry)),
+			newRWLock:    setnxRW(setnxlock.WithBackoff(retry, retry)),
 		},
 		{
 			name: "setnxlock default backoff", shortLabel: "setnxlock\ndef.backoff", redis: true, contended: true, crash: true,
@@ -191,6 +201,7 @@ func libraries(retry time.Duration) []*library {
 			config:       "WithoutScripts(), WithBackoff(retry, retry)",
 			newLocker:    setnx(setnxlock.WithoutScripts(), setnxlock.WithBackoff(retry, retry)),
 			newSemaphore: setnxSem(setnxlock.WithoutScripts(), setnxlock.WithBackoff(retry, retry)),
+			newRWLock:    setnxRW(setnxlock.WithoutScripts(), setnxlock.WithBackoff(retry, retry)),
 		},
 		{
 			name: nameBsm, shortLabel: "bsm/\nredislock", redis: true, solo: true, contended: true, crash: true,
@@ -219,6 +230,11 @@ func libraries(retry time.Duration) []*library {
 			name: nameWeighted, shortLabel: "x/sync\nWeighted",
 			config:       "one golang.org/x/sync/semaphore.Weighted of the case's permits shared by its workers, the same loop, no Redis (the semaphore case only)",
 			newSemaphore: weightedLocker,
+		},
+		{
+			name: nameRWMutex, shortLabel: "sync.\nRWMutex",
+			config:    "one sync.RWMutex shared by the case's workers, the same loop and share of writes, no Redis (the read/write case only)",
+			newRWLock: rwMutexLocker,
 		},
 	}
 }
