@@ -54,7 +54,10 @@ import (
 // (FenceKey, ...); on a Redis Cluster (a *redis.ClusterClient) they must
 // hash to one slot (ErrCrossSlot; give them one hash tag). Bad input
 // returns ErrInvalidArgument and writes nothing. Groups are never queued
-// for (see AcquireMany).
+// for (see AcquireMany). Every path takes a group with WATCH/MULTI/EXEC,
+// no script: a server or user that refuses MULTI gets ErrNoTransactions.
+// Each key holds an ordinary lock value, which single-key lockers see
+// held, and take over once the group's lease is over.
 func (l *Locker) TryAcquireMany(ctx context.Context, keys ...string) (*Lock, error) {
 	ctx, end := l.beginCall(ctx, CallTryAcquire, firstKey(keys))
 	acq := l.newAcquireCall()
@@ -181,8 +184,11 @@ func (l *Locker) claimGroup(ctx context.Context, keys []string) (win groupWin, h
 		// lost EXEC is never resent: outside its WATCH it would be
 		// unconditional). Nobody was granted the group: delete the keys
 		// still holding our value now, rather than leave them held for a
-		// lease nobody uses. If that fails too they are left to expire.
+		// lease nobody uses. If that fails too, remember the value, so
+		// that the next attempt at a group recognises it instead of
+		// waiting it out.
 		if undoErr := l.undoGroup(ctx, keys, win.ours.value); undoErr != nil {
+			l.rememberGroup(keys, win.ours)
 			err = errors.Join(err, fmt.Errorf("setnxlock: undo of %q: %w", keys, undoErr))
 		}
 		return groupWin{}, heldLease{}, fmt.Errorf("setnxlock: acquire %q: %w", keys, err)
@@ -221,7 +227,11 @@ func (l *Locker) judgeGroup(keys []string, reads []read, now time.Time) (free bo
 		// H4: over only a skew margin, and our clock's uncertainty, after
 		// the end it states.
 		takeable := l.takeableAt(holderExpiry)
-		if expired(takeable, now) {
+		if expired(takeable, now) || l.lostGroups.holds(keys[i], r.value, now) {
+			// Over, or a group write of ours nobody was granted (H5),
+			// which the watched MSET may overwrite as it would an expired
+			// one: of several attempts that recognise it, the WATCH lets
+			// one write.
 			continue
 		}
 		l.observe(Event{Kind: EventContended, Key: keys[i], ExpiresAt: takeable})
@@ -235,6 +245,37 @@ func (l *Locker) judgeGroup(keys []string, reads []read, now time.Time) (free bo
 		return false, held, refused
 	}
 	return free, heldLease{}, nil
+}
+
+// rememberGroup records a group write whose reply was lost and whose undo
+// failed (H5), on each key, where the format lets us recognise it (a bare
+// timestamp does not: see remember).
+func (l *Locker) rememberGroup(keys []string, write stamp) {
+	if !l.cfg.format.tokens() {
+		return
+	}
+	now := l.cfg.clock.Now()
+	for _, key := range keys {
+		l.lostGroups.remember(key, write, now)
+	}
+}
+
+// abandonLostGroups deletes, when AcquireMany gives up, the group writes
+// on keys whose reply was lost (rememberGroup): nobody will claim them
+// now. Each is forgotten first, then deleted only from the keys still
+// holding it exactly; bounded whatever ctx says.
+func (l *Locker) abandonLostGroups(ctx context.Context, keys []string) {
+	var values []string
+	for _, key := range keys {
+		for _, w := range l.lostGroups.takeAll(key) {
+			if !slices.Contains(values, w.value) {
+				values = append(values, w.value)
+			}
+		}
+	}
+	for _, value := range values {
+		_ = l.undoGroup(ctx, keys, value)
+	}
 }
 
 // groupCounters returns the fence counters of the group's keys, each once

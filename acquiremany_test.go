@@ -2,7 +2,9 @@ package setnxlock
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -105,6 +107,41 @@ func TestAcquireManyTakesOverExpiredMembers(t *testing.T) {
 		assert.Equal(t, tokenOf(values[0]), lock.token)
 		require.NoError(t, lock.Release(ctx))
 		require.ErrorIs(t, crashed.Release(ctx), ErrNotHeld, "the crashed holder's late release touches nothing")
+
+		// A crashed group: each member is a classic lock value, which a
+		// single-key locker takes over once the group's lease is over.
+		group, err := b.locker(t, p.opt).TryAcquireMany(ctx, "m.a", "m.b")
+		require.NoError(t, err)
+		_, err = l.TryAcquire(ctx, "m.b")
+		require.ErrorIs(t, err, ErrNotAcquired)
+		b.clock.Set(group.ExpiresAt())
+		single, err := l.TryAcquire(ctx, "m.b")
+		require.NoError(t, err, "a crashed group's member is taken over alone")
+		require.NoError(t, single.Release(ctx))
+		again, err := l.TryAcquireMany(ctx, "m.b", "m.a")
+		require.NoError(t, err, "and the rest of it with a group")
+		require.NoError(t, again.Release(ctx))
+	})
+}
+
+// The classic clients' bare timestamps: the group writes one bare value
+// to every key, and releases and renews only that exact value (H3).
+func TestGroupInABareFormat(t *testing.T) {
+	onEachPath(t, func(t *testing.T, b *backend, p lockPath) {
+		l := b.locker(t, p.opt, WithFormat(UnixSeconds))
+		lock, err := l.TryAcquireMany(ctx, "m.a", "m.b")
+		require.NoError(t, err)
+		values := b.groupValues(t, "m.a", "m.b")
+		assert.Equal(t, strconv.FormatInt(b.start.Add(11*time.Second).Unix(), 10), values[0], "the page's now + timeout + 1")
+		assert.Equal(t, values[0], values[1])
+		b.clock.Advance(2 * time.Second)
+		require.NoError(t, lock.Refresh(ctx, 10*time.Second))
+		renewed := b.groupValues(t, "m.a", "m.b")
+		assert.NotEqual(t, values, renewed)
+		assert.Equal(t, renewed[0], renewed[1])
+		require.NoError(t, b.raw.Set(ctx, "m.b", values[0], 0).Err()) // an older value, as another client's would be
+		require.ErrorIs(t, lock.Release(ctx), ErrNotHeld)
+		assert.Equal(t, []string{"<missing>", values[0]}, b.groupValues(t, "m.a", "m.b"), "only our exact value deleted")
 	})
 }
 
@@ -218,15 +255,22 @@ func TestAcquireManyAndQueuedWaitersWakeEachOther(t *testing.T) {
 		single := await.Recv(t, got, "the queued waiter after the group's release")
 		require.NotNil(t, single)
 
+		waiting := make(chan struct{})
+		var once sync.Once
+		groupWaiter := b.locker(t, p.opt, WithObserver(ObserverFunc(func(e Event) {
+			if e.Kind == EventWaiting {
+				once.Do(func() { close(waiting) })
+			}
+		})))
 		waited := make(chan error, 1)
 		go func() {
-			lock, err := l.AcquireMany(await.Context(t), "m.a", "m.b")
+			lock, err := groupWaiter.AcquireMany(await.Context(t), "m.a", "m.b")
 			if err == nil {
 				err = lock.Release(ctx)
 			}
 			waited <- err
 		}()
-		time.Sleep(20 * time.Millisecond) // not an assertion: give the group time to start waiting
+		await.Recv(t, waiting, "the group waiting on m.b")
 		require.NoError(t, single.Release(ctx))
 		require.NoError(t, await.Recv(t, waited, "the group's wait after the single holder's release"))
 	})
@@ -385,6 +429,50 @@ func TestGroupIsAllOrNoneUnderALostExecReply(t *testing.T) {
 	})
 }
 
+// H5 when the undo fails too: the group's value stays on its keys, and
+// the next attempt at a group recognises it instead of waiting it out; an
+// AcquireMany that gives up deletes it.
+func TestGroupRecognisesItsLostWriteWhoseUndoFailed(t *testing.T) {
+	keys := []string{"m.a", "m.b"}
+	onEachBackend(t, func(t *testing.T, b *backend) {
+		px := faultproxy.Start(t, b.addr)
+		l := b.classicLockerOn(t, b.clientThrough(t, px))
+		// The group's EXEC (after the Locker's empty check of MULTI), and
+		// the GETs after the group's own two: the undo's.
+		px.LoseReplies(func(command string, nth int) bool {
+			return command == "exec" && nth == 2 || command == "get" && nth > 2
+		})
+		_, err := l.TryAcquireMany(ctx, keys...)
+		require.Error(t, err)
+		ours := b.value(t, "m.a")
+		require.NotEqual(t, "<missing>", ours, "the EXEC applied")
+		assert.Equal(t, []string{ours, ours}, b.groupValues(t, keys...))
+		_, err = b.locker(t).TryAcquire(ctx, "m.b")
+		require.ErrorIs(t, err, ErrNotAcquired, "held for everyone else")
+
+		px.LoseReplies(nil)
+		lock, err := l.TryAcquireMany(ctx, keys...)
+		require.NoError(t, err, "our own lost write is recognised")
+		require.NotEqual(t, ours, b.value(t, "m.a"), "and overwritten, under the watch")
+		require.NoError(t, lock.Release(ctx))
+
+		execs, gets := px.Count("exec"), px.Count("get")
+		px.LoseReplies(func(command string, nth int) bool {
+			return command == "exec" && nth == execs+1 || command == "get" && nth > gets+2
+		})
+		_, err = l.TryAcquireMany(ctx, keys...)
+		require.Error(t, err)
+		ours = b.value(t, "m.a")
+		require.Equal(t, []string{ours, ours}, b.groupValues(t, keys...), "lost again, undo failed again")
+		px.LoseReplies(nil)
+		ended, cancel := context.WithCancel(ctx)
+		cancel()
+		_, err = l.AcquireMany(ended, keys...)
+		require.ErrorIs(t, err, context.Canceled)
+		assert.Equal(t, allMissing(2), b.groupValues(t, keys...), "an AcquireMany that gives up deletes the write nobody will claim")
+	})
+}
+
 // The slot a Cluster hashes a key to: CRC16/XMODEM's check value, and
 // CLUSTER KEYSLOT's answers (the Cluster scenario asks a real one).
 func TestKeySlotIsRedisClusters(t *testing.T) {
@@ -397,6 +485,9 @@ func TestKeySlotIsRedisClusters(t *testing.T) {
 		assert.Equal(t, slot, keySlot(key), key)
 	}
 	assert.NotEqual(t, keySlot("{}x"), keySlot("x"), "an empty tag is no tag")
+	for _, key := range []string{"lock.report", "{user42}.lock", "a{b}c{d}", "odd{}key", "open{only", "lock:{}:{x}:y", "{}{real}.lock2", ""} {
+		assert.EqualValues(t, clusterSlot(key), keySlot(key), "%q: as fencing_test.go's independent clusterSlot", key)
+	}
 }
 
 // A Cluster client refuses keys in different slots before anything is
@@ -466,4 +557,68 @@ func TestGroupWithReplicas(t *testing.T) {
 	assert.ErrorIs(t, err, context.DeadlineExceeded)
 	assert.ErrorIs(t, err, ErrNotReplicated, "AcquireMany says why it never got the group")
 	assert.Equal(t, allMissing(2), b.groupValues(t, keys...))
+}
+
+// Groups and single-key lockers on the same keys, on every path, with
+// holders that crash now and then (their leases run out and are taken
+// over, one key or a group at a time): never two holders of a key, each
+// counted only while its own lease is live (H8).
+func TestGroupsAndSingleKeysWithCrashesNeverOverlap(t *testing.T) {
+	const workers, cycles = 6, 8
+	keys := []string{"m.a", "m.b", "m.c"}
+	wants := [][]string{{"m.a", "m.b", "m.c"}, {"m.c", "m.a"}, {"m.b"}, {"m.c", "m.b"}, {"m.a"}, {"m.c"}}
+	onEachPath(t, func(t *testing.T, b *backend, p lockPath) {
+		sections := map[string]*criticalSection{}
+		for _, key := range keys {
+			sections[key] = &criticalSection{}
+		}
+		waitCtx := await.Context(t)
+		var wg sync.WaitGroup
+		var crashes atomic.Int32
+		for w := range workers {
+			l := b.locker(t, p.opt, WithClock(systemClock{}), WithTTL(150*time.Millisecond), WithBackoff(100*time.Microsecond, 2*time.Millisecond))
+			want := wants[w]
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for cycle := range cycles {
+					var lock *Lock
+					var err error
+					if len(want) == 1 {
+						lock, err = l.Acquire(waitCtx, want[0])
+					} else {
+						lock, err = l.AcquireMany(waitCtx, want...)
+					}
+					if !assert.NoError(t, err) {
+						return
+					}
+					body := func() { time.Sleep(200 * time.Microsecond) }
+					for _, key := range lock.Keys() {
+						inner, cs := body, sections[key]
+						body = func() { cs.hold(lock, systemClock{}, inner) }
+					}
+					body()
+					if (w+cycle)%5 == 4 {
+						crashes.Add(1)
+						continue // the holder dies: its lease must run out first
+					}
+					err = lock.Release(waitCtx)
+					if errors.Is(err, ErrNotHeld) && expired(lock.ExpiresAt(), time.Now()) {
+						continue // it overran its lease: not counted (H8)
+					}
+					if !assert.NoError(t, err) {
+						return
+					}
+				}
+			}()
+		}
+		await.Group(t, &wg, "the workers (a group or a key never freed)")
+		for _, key := range keys {
+			counted, overran := sections[key].counted()
+			assert.LessOrEqual(t, sections[key].most(), 1, "%s: two holders at once", key)
+			assert.Positive(t, counted, key)
+			t.Logf("%s: %d sections, %d overran", key, counted, overran)
+		}
+		t.Logf("%d holders crashed", crashes.Load())
+	})
 }

@@ -36,6 +36,7 @@ func (l *Locker) AcquireMany(ctx context.Context, keys ...string) (lock *Lock, e
 	defer w.close(ctx)
 	defer func() {
 		if err != nil {
+			l.abandonLostGroups(ctx, keys)
 			acq.failed(ctx, l, firstKey(keys), err)
 		}
 		if end != nil {

@@ -15,6 +15,10 @@ type Locker struct {
 	client  redis.UniversalClient
 	cfg     config
 	pending pendingWrites
+	// lostGroups: group writes whose reply was lost and whose undo failed
+	// (H5, acquiremany.go), apart from pending: a single-key attempt never
+	// claims a group's value.
+	lostGroups pendingWrites
 
 	caps    capabilities // what the server and user still allow
 	single  bool         // the client is one server's (*redis.Client): the queue's PUBLISH counts are its own

@@ -50,6 +50,19 @@ func (p *pendingWrites) take(key, current string, now time.Time) (stamp, bool) {
 	return stamp{}, false
 }
 
+// holds reports whether current is a remembered write on key whose lease
+// is still live at now, and keeps it remembered.
+func (p *pendingWrites) holds(key, current string, now time.Time) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, write := range p.byKey[key] {
+		if write.value == current && !expired(write.expiry, now) {
+			return true
+		}
+	}
+	return false
+}
+
 // takeAll forgets, and returns, every write remembered on key.
 func (p *pendingWrites) takeAll(key string) []stamp {
 	p.mu.Lock()
