@@ -88,7 +88,8 @@ func (r Report) Safety() int {
 // later holder's, and fencing tokens strictly increase per key along real
 // time; with b.Semaphore, no more than b.Permits sections on its permit
 // keys overlap; with b.RWLock, no writer's section on its keys overlaps
-// any other. A group lock's section is a section on each of its keys
+// any other, and its fencing tokens, where it has any, keep the
+// read/write order (rwTokenOrder). A group lock's section is a section on each of its keys
 // (perKey). Liveness: every crashed holder's key is acquired again within
 // b.Recovery of the end of its lease, and no waiter waits longer than
 // b.FreeWait for a key nobody holds; a read/write lock's keys are one key
@@ -163,6 +164,7 @@ func Check(h History, b Bounds) Report {
 	if b.RWLock != "" {
 		overlaps, pairs := writerOverlaps(b.RWLock, h.Acquisitions)
 		r.Violations, r.ReaderOverlaps = append(r.Violations, overlaps...), pairs
+		r.Violations = append(r.Violations, rwTokenOrder(b.RWLock, h.Acquisitions)...)
 	}
 	return r
 }

@@ -121,6 +121,59 @@ func writerOverlaps(name string, acqs []Acquisition) (out []Violation, readerPai
 	return out, readerPairs
 }
 
+// rwTokenOrder checks the fencing order of the read/write lock name
+// (WithFencing: one counter for readers and writers): a writer's token is
+// greater than that of every acquisition of the lock granted before the
+// writer's winning command was sent, and a reader's greater than that of
+// every writer granted before its own was sent; no two acquisitions of
+// the lock share a token. Acquisitions without a token (0) are left out.
+// acqs are in any order.
+func rwTokenOrder(name string, acqs []Acquisition) []Violation {
+	var lock []Acquisition
+	for _, a := range acqs {
+		if a.Token != 0 && ofRWLock(name, a.Key) {
+			lock = append(lock, a)
+		}
+	}
+	var out []Violation
+	byToken := map[int64]AcqID{}
+	for _, a := range lock {
+		if prev, dup := byToken[a.Token]; dup {
+			out = append(out, Violation{Kind: TokenOrder, Key: name, First: prev, Second: a.ID(),
+				Detail: fmt.Sprintf("both drew token %d", a.Token)})
+		}
+		byToken[a.Token] = a.ID()
+	}
+	granted := byGrant(lock)
+	sent := slices.Clone(lock)
+	slices.SortFunc(sent, func(a, b Acquisition) int { return a.Sent.Compare(b.Sent) })
+	var (
+		top, topWriter Acquisition // the largest tokens granted before the current one was sent: of anyone, of a writer
+		next           int
+	)
+	for _, b := range sent {
+		for ; next < len(granted) && granted[next].Granted.Before(b.Sent); next++ {
+			g := granted[next]
+			if g.Token > top.Token {
+				top = g
+			}
+			if !isReader(name, g.Key) && g.Token > topWriter.Token {
+				topWriter = g
+			}
+		}
+		before, who := topWriter, "a writer's"
+		if !isReader(name, b.Key) {
+			before, who = top, "an earlier holder's"
+		}
+		if before.Token >= b.Token && before.ID() != b.ID() {
+			out = append(out, Violation{Kind: TokenOrder, Key: name, First: before.ID(), Second: b.ID(),
+				Detail: fmt.Sprintf("%s token %d drawn after %s token %d had been granted", rwRole(rwSection{key: b.Key, writer: !isReader(name, b.Key)}),
+					b.Token, who, before.Token)})
+		}
+	}
+	return out
+}
+
 // rwRole names a section's holder in a violation: "a writer", or "a
 // reader" with its key.
 func rwRole(s rwSection) string {

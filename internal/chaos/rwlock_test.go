@@ -96,3 +96,43 @@ func TestAReaderCountsForTheLivenessOfTheWholeLock(t *testing.T) {
 
 	assert.Equal(t, 1, Check(h, bounds).Count(SlowRecovery), "outside an rwlock run, the reader's key alone: never acquired again")
 }
+
+// withToken is a with the fencing token token.
+func withToken(a Acquisition, token int64) Acquisition {
+	a.Token = token
+	return a
+}
+
+func TestTokensInReadWriteOrderAreNoViolation(t *testing.T) {
+	w1 := withToken(writer("w1", 0, 1, 200, 50), 1)
+	r1 := withToken(reader("r1", 60, 70, 270, 100), 3)
+	r2 := withToken(reader("r2", 61, 71, 271, 100), 2) // readers beside each other: any order between them
+	w2 := withToken(writer("w2", 65, 120, 320, 150), 4)
+	h := History{Mode: ModeRWLock, Acquisitions: []Acquisition{w1, r1, r2, w2}, End: ms(1000)}
+	assert.Empty(t, Check(h, rwBounds).Violations)
+	assert.Empty(t, rwTokenOrder(RWLockName, []Acquisition{reader("r", 0, 1, 200, 50), writer("w", 60, 70, 270, 100)}), "no tokens: not fenced")
+}
+
+func TestAReaderBelowTheLastWritersTokenIsCaught(t *testing.T) {
+	w := withToken(writer("w", 0, 1, 200, 50), 5)
+	r := withToken(reader("r", 60, 70, 270, 100), 4)
+	h := History{Mode: ModeRWLock, Acquisitions: []Acquisition{w, r}, End: ms(1000)}
+	got := Check(h, rwBounds)
+	require.Equal(t, 1, got.Count(TokenOrder), got.Violations)
+	assert.Equal(t, w.ID(), got.Violations[0].First)
+	assert.Equal(t, r.ID(), got.Violations[0].Second)
+}
+
+func TestAWriterBelowAnEarlierReadersTokenIsCaught(t *testing.T) {
+	r := withToken(reader("r", 0, 1, 200, 50), 5)
+	w := withToken(writer("w", 60, 70, 270, 100), 4)
+	dup := withToken(reader("d", 80, 110, 300, 120), 4)
+	h := History{Mode: ModeRWLock, Acquisitions: []Acquisition{r, w, dup}, End: ms(1000)}
+	got := Check(h, rwBounds)
+	assert.Equal(t, 3, got.Count(TokenOrder), "w below r, d not above w, and w and d both 4: %v", got.Violations)
+	var drew bool
+	for _, v := range got.Violations {
+		drew = drew || v.Detail == "both drew token 4"
+	}
+	assert.True(t, drew, "a token drawn twice: %v", got.Violations)
+}
