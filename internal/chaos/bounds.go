@@ -61,6 +61,11 @@ type Bounds struct {
 	// call of the semaphore is a call of each permit (semaphoreCalls).
 	Semaphore string `json:",omitempty"`
 	Permits   int    `json:",omitempty"`
+	// RWLock, when set, names the read/write lock whose keys the run's
+	// acquisitions are: no writer's section may overlap another on them
+	// (writerOverlaps), and its keys are one for the liveness checks
+	// (livenessKey).
+	RWLock string `json:",omitempty"`
 }
 
 // recoveryOf is the recovery bound of a crashed lease of client.
@@ -149,7 +154,7 @@ func (c Config) bounds() Bounds {
 		HeldPastOf: func(client string) time.Duration {
 			return lockerFor(c.Mode, slotOf(client, c.Goroutines)).heldPast(c.TTL)
 		},
-		LossSlack: schedulingSlack, Semaphore: c.semaphore(), Permits: c.permits(),
+		LossSlack: schedulingSlack, Semaphore: c.semaphore(), Permits: c.permits(), RWLock: c.rwLock(),
 		UntilLost: func(client string) string {
 			return lockerFor(c.Mode, slotOf(client, c.Goroutines)).lossGroup()
 		}}

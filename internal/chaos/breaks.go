@@ -33,6 +33,8 @@ var BrokenRuns = []struct{ Mode, Assumption string }{
 	{ModePartition, BreakSkew},
 	{ModeHeard, BreakOwnerCheck},     // every client on the broken build: a paused holder's late Release deletes a successor's lock, or hands it over
 	{ModeSemaphore, BreakOwnerCheck}, // a paused holder's late Release frees a successor's permit: a fourth holder of three permits
+	{ModeRWLock, BreakOwnerCheck},    // a paused writer's late Release frees a successor writer's key: readers, or another writer, beside it
+	{ModeMulti, BreakOwnerCheck},     // a paused holder's late Release frees keys a group or a successor holds
 }
 
 // Breaks lists the assumptions Break knows.
@@ -75,7 +77,11 @@ func (c *Config) Break(kind string) error {
 // checker and Porcupine always; the fenced resource too when fencing
 // tokens start over after a restart without persistence; in a semaphore
 // run the count check too (permitsExceeded): a permit with two holders
-// while the others are held is one holder too many.
+// while the others are held is one holder too many; in an rwlock run the
+// writer check too (writerOverlaps: a writer whose key was freed under
+// it has readers or another writer beside it), and Porcupine's model of
+// the read/write lock (under the lock's name); in a multi run the group
+// check (groupPartials), where a group took part in an overlap.
 func Caught(res *Result) (caught, missed []string) {
 	expect := []struct {
 		name  string
@@ -87,6 +93,9 @@ func Caught(res *Result) (caught, missed []string) {
 		{"fence", res.Report.Count(FenceInterleave)+res.Report.Count(TokenOrder) > 0,
 			res.Config.fenced() && !res.Config.Persistence},
 		{"permits", res.Report.Count(PermitsExceeded) > 0, res.Config.semaphore() != ""},
+		{"writer", res.Report.Count(WriterOverlap) > 0, res.Config.rwLock() != ""},
+		{"porcupine-rw", len(res.Linearity.Illegal[res.Config.rwLock()]) > 0, res.Config.rwLock() != ""},
+		{"group", res.Report.Count(GroupPartial) > 0, res.Config.Mode == ModeMulti},
 	}
 	for _, e := range expect {
 		switch {

@@ -46,6 +46,10 @@ type Report struct {
 	// may have won the key once the crashed lease ended and held it for a
 	// lease of its own.
 	InDoubtRecoveries int
+	// ReaderOverlaps counts, in an rwlock run, the pairs of readers'
+	// sections that overlapped: what a read/write lock allows, and what
+	// shows that its readers were not served one at a time.
+	ReaderOverlaps int `json:",omitempty"`
 	// LossGaps holds, by group (Bounds.UntilLost), for each holder told
 	// of its loss while it worked, the time from its lease's end by its
 	// own clock to the signal, less the time its process was stopped or
@@ -83,15 +87,28 @@ func (r Report) Safety() int {
 // b.Fenced, the resource never accepts a stale holder's write after a
 // later holder's, and fencing tokens strictly increase per key along real
 // time; with b.Semaphore, no more than b.Permits sections on its permit
-// keys overlap. Liveness: every crashed holder's key is acquired again within
+// keys overlap; with b.RWLock, no writer's section on its keys overlaps
+// any other, and its fencing tokens, where it has any, keep the
+// read/write order (rwTokenOrder). A group lock's section is a section on each of its keys
+// (perKey). Liveness: every crashed holder's key is acquired again within
 // b.Recovery of the end of its lease, and no waiter waits longer than
-// b.FreeWait for a key nobody holds.
+// b.FreeWait for a key nobody holds; a read/write lock's keys are one key
+// for these (Bounds.livenessKey).
 func Check(h History, b Bounds) Report {
 	r := Report{Acquisitions: len(h.Acquisitions)}
+	groups := map[AcqID]string{} // each group's keys, by its ID
+	for _, a := range h.Acquisitions {
+		if isGroup(a.Key) {
+			groups[a.ID()] = a.Key
+		}
+	}
+	h = h.perKey()
 	pause := paused(h) // a server down, the machine stalled: the liveness checks do not count it
 	byKey := map[string][]Acquisition{}
+	live := map[string][]Acquisition{} // by the key whose liveness they count for
 	for _, a := range h.Acquisitions {
 		byKey[a.Key] = append(byKey[a.Key], a)
+		live[b.livenessKey(a.Key)] = append(live[b.livenessKey(a.Key)], a)
 		if _, ok := a.Section(); ok {
 			r.Sections++
 		}
@@ -125,10 +142,15 @@ func Check(h History, b Bounds) Report {
 	claims := doubtSpans(h.Doubts, b)
 	for _, key := range sortedKeys(byKey) {
 		acqs := byGrant(byKey[key])
-		r.Violations = append(r.Violations, leaseOverlaps(key, acqs)...)
+		overlaps := leaseOverlaps(key, acqs)
+		r.Violations = append(r.Violations, overlaps...)
+		r.Violations = append(r.Violations, groupPartials(overlaps, groups)...)
 		if b.Fenced {
 			r.Violations = append(r.Violations, tokenOrder(key, acqs)...)
 		}
+	}
+	for _, key := range sortedKeys(live) {
+		acqs := byGrant(live[key])
 		r.recovery(key, acqs, calls[key], claims[key], states[key], h.End, pause, b)
 		r.freeWaits(key, acqs, calls[key], claims[key], pause, states[key], stops, cut, b)
 		r.lossSignals(key, acqs, h.End, pause, frozen, b)
@@ -138,6 +160,11 @@ func Check(h History, b Bounds) Report {
 	}
 	if b.Semaphore != "" {
 		r.Violations = append(r.Violations, permitsExceeded(b.Semaphore, b.Permits, h.Acquisitions)...)
+	}
+	if b.RWLock != "" {
+		overlaps, pairs := writerOverlaps(b.RWLock, h.Acquisitions)
+		r.Violations, r.ReaderOverlaps = append(r.Violations, overlaps...), pairs
+		r.Violations = append(r.Violations, rwTokenOrder(b.RWLock, h.Acquisitions)...)
 	}
 	return r
 }

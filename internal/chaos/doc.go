@@ -38,6 +38,11 @@
 //   - semaphore.go: the semaphore mode's semaphore, its calls as calls of
 //     every permit key, and its check that no more holders than its
 //     permits hold them at once (permitsExceeded).
+//   - rwlock.go: the rwlock mode's read/write lock, its calls under its
+//     writer key, its check that no writer's section overlaps another
+//     (writerOverlaps) and its model for Porcupine; multi.go, the multi
+//     mode's groups, each a section on each of its keys (perKey), and
+//     their check (groupPartials).
 //   - modes.go, config.go, breaks.go: the modes (the library's
 //     configurations under test), the run's parameters and the
 //     assumptions a run can break; the network faults themselves,

@@ -52,30 +52,67 @@ func finalChecks(cfg Config, servers *backend) Final {
 			defer wg.Done()
 			ctx, cancel := context.WithTimeout(context.Background(), 2*f.Bound)
 			defer cancel()
-			lock, err := locker.Acquire(ctx, key)
-			took := time.Since(start)
-			mu.Lock()
-			defer mu.Unlock()
-			f.Acquired[key] = took
-			f.Slowest = max(f.Slowest, took)
-			switch {
-			case err != nil:
-				f.Violations = append(f.Violations, Violation{Kind: FinalAcquire, Key: key,
-					Detail: fmt.Sprintf("not acquired within %s after the faults stopped: %v", 2*f.Bound, err)})
-				return
-			case took > f.Bound:
-				f.Violations = append(f.Violations, Violation{Kind: FinalAcquire, Key: key,
-					Detail: fmt.Sprintf("acquired %s after the faults stopped, bound %s", took, f.Bound)})
-			}
-			rctx, rcancel := context.WithTimeout(context.Background(), f.Bound)
-			defer rcancel()
-			_ = lock.Release(rctx)
+			lock, err := finalTake(ctx, cfg, locker, key)
+			f.took(&mu, key, start, lock, err)
 		}()
 	}
 	wg.Wait()
+	if cfg.Mode == ModeMulti {
+		f.group(locker, cfg.lockKeys())
+	}
 
 	f.drain(cfg, client)
 	return f
+}
+
+// finalTake takes key as the run's loops do: in an rwlock run, the write
+// lock of its read/write lock (key is its writer key), which also waits
+// for every reader's lease; elsewhere the key with Acquire.
+func finalTake(ctx context.Context, cfg Config, locker *setnxlock.Locker, key string) (*setnxlock.Lock, error) {
+	if name := cfg.rwLock(); name != "" {
+		rw, err := locker.RWLock(name)
+		if err != nil {
+			return nil, err
+		}
+		return rw.Lock(ctx)
+	}
+	return locker.Acquire(ctx, key)
+}
+
+// group takes every key of a multi run at once (AcquireMany), once each
+// was taken and released alone, within the bound.
+func (f *Final) group(locker *setnxlock.Locker, keys []string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*f.Bound)
+	defer cancel()
+	start := time.Now()
+	lock, err := locker.AcquireMany(ctx, keys...)
+	f.took(&sync.Mutex{}, groupKey(keys), start, lock, err)
+}
+
+// took records what taking key, begun at start, gave: how long it took
+// (for a single key, in Acquired), and a violation when it failed or took
+// longer than the bound; then it releases the lock, if any. mu guards f.
+func (f *Final) took(mu *sync.Mutex, key string, start time.Time, lock *setnxlock.Lock, err error) {
+	took := time.Since(start)
+	mu.Lock()
+	if !isGroup(key) {
+		f.Acquired[key] = took
+	}
+	f.Slowest = max(f.Slowest, took)
+	switch {
+	case err != nil:
+		f.Violations = append(f.Violations, Violation{Kind: FinalAcquire, Key: key,
+			Detail: fmt.Sprintf("not acquired within %s after the faults stopped: %v", 2*f.Bound, err)})
+	case took > f.Bound:
+		f.Violations = append(f.Violations, Violation{Kind: FinalAcquire, Key: key,
+			Detail: fmt.Sprintf("acquired %s after the faults stopped, bound %s", took, f.Bound)})
+	}
+	mu.Unlock()
+	if err == nil {
+		ctx, cancel := context.WithTimeout(context.Background(), f.Bound)
+		defer cancel()
+		_ = lock.Release(ctx)
+	}
 }
 
 // drain waits, after the keys were released, until every key's queue of

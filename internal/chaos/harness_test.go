@@ -84,6 +84,17 @@ func TestEveryModeRunsWithoutASafetyViolation(t *testing.T) {
 				assert.NotEmpty(t, permitsExceeded(SemaphoreName, SemaphorePermits-1, res.History.Acquisitions),
 					"every permit held at once: the count check judged a full semaphore")
 			}
+			if mode == ModeRWLock {
+				readers, writers := rwCounts(RWLockName, res.History.Acquisitions)
+				assert.Equal(t, len(res.History.Acquisitions), readers+writers, "acquisitions of the read/write lock alone")
+				assert.Positive(t, writers, "writers")
+				assert.Positive(t, res.Report.ReaderOverlaps, "readers held it together: the mode is not secretly serial")
+				assert.NotContains(t, res.Linearity.Unknown, RWLockName, "Porcupine decided the read/write lock")
+			}
+			if mode == ModeMulti {
+				assert.Positive(t, groupCount(res.History.Acquisitions), "groups won")
+				assert.Less(t, groupCount(res.History.Acquisitions), len(res.History.Acquisitions), "single keys won")
+			}
 			if mode == ModePartition {
 				assert.Positive(t, res.Faults.Kinds[FaultPartition], "holders cut off")
 				assert.NotEmpty(t, res.Report.LossGaps, "losses signalled to holders at work")
@@ -107,6 +118,8 @@ func TestBrokenAssumptionsAreCaughtByEveryChecker(t *testing.T) {
 		{ModeFencing, BreakRestartNoPersistence, "", 400, []string{"fence"}},                               // tokens start over
 		{ModeHeard, BreakOwnerCheck, OwnerCheckOffTag, 200, both},                                          // under the heard mode's faults
 		{ModeSemaphore, BreakOwnerCheck, OwnerCheckOffTag, 200, []string{"lease", "porcupine", "permits"}}, // a fourth holder of three permits
+		{ModeRWLock, BreakOwnerCheck, OwnerCheckOffTag, 300, []string{"writer", "porcupine-rw"}},           // readers, or a writer, beside a writer
+		{ModeMulti, BreakOwnerCheck, OwnerCheckOffTag, 200, []string{"lease", "porcupine", "group"}},       // a group beside a holder of one of its keys
 	} {
 		t.Run(tc.mode+"/"+tc.assumption, func(t *testing.T) {
 			// The owner-check runs' clients are built with -tags
@@ -128,7 +141,7 @@ func TestWorkerConfigRoundTrips(t *testing.T) {
 		Name: "p1.2", Redis: []string{"127.0.0.1:1"}, Resource: "/tmp/r.sock", Keys: []string{"a", "b"}, Seed: 9,
 		Offset: -3 * time.Millisecond, TTL: time.Second, Margin: 5 * time.Millisecond, Loops: 2,
 		MinBackoff: time.Millisecond, MaxBackoff: 9 * time.Millisecond, ReadTimeout: 50 * time.Millisecond,
-		MaxRetries: -1, LongHoldRate: 0.25, Locker: LockerConfig{Format: 2, NoScripts: true, User: UserPoller, UntilLost: true, ContextTimeout: true, Semaphore: "s"},
+		MaxRetries: -1, LongHoldRate: 0.25, Locker: LockerConfig{Format: 2, NoScripts: true, User: UserPoller, UntilLost: true, ContextTimeout: true, Semaphore: "s", RWLock: "rw", Multi: true},
 		CancelRate: 0.1, HandoffCancelRate: 0.2, CloseEvery: time.Second,
 		Claims: ClaimFaults{DelayRate: 0.1, DropRate: 0.05, LoseRate: 0.05, MaxDelay: time.Second, HoldRate: 0.1, MaxHold: time.Second},
 	}

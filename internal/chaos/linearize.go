@@ -66,50 +66,70 @@ type Linearity struct {
 }
 
 // CheckLinearizable checks every key's acquire and release operations
-// against a lock, giving Porcupine at most timeout per key.
+// against a lock, giving Porcupine at most timeout per key; in an rwlock
+// run also every section of its read/write lock against a read/write
+// lock (checkRWLinearizable). A group lock's section counts on each of
+// its keys (perKey).
 func CheckLinearizable(h History, timeout time.Duration) Linearity {
+	h = h.perKey()
 	res := Linearity{Illegal: map[string][]AcqID{}}
 	byKey := map[string][]porcupine.Operation{}
 	for i, a := range h.Acquisitions {
-		s, ok := a.Section()
-		if !ok {
-			continue
-		}
-		holder := i + 1
-		freed := a.freedBy(0)
-		byKey[a.Key] = append(byKey[a.Key],
-			porcupine.Operation{ClientId: holder, Input: lockInput{acquire: true, holder: holder},
-				Call: a.Granted.UnixNano(), Return: max(s.From.UnixNano(), a.Granted.UnixNano())},
-			porcupine.Operation{ClientId: holder, Input: lockInput{holder: holder},
-				Call: s.To.UnixNano(), Return: max(freed.UnixNano(), s.To.UnixNano())})
+		byKey[a.Key] = append(byKey[a.Key], sectionOps(a, i, func(acquire bool) any { return lockInput{acquire: acquire, holder: i + 1} })...)
 	}
 	for _, key := range sortedKeys(byKey) {
-		deadline := time.Now().Add(timeout)
-		for _, piece := range pieces(byKey[key]) {
-			left := time.Until(deadline)
-			if left <= 0 {
-				res.Unknown = append(res.Unknown, key)
-				break
-			}
-			res.Pieces++
-			switch porcupine.CheckOperationsTimeout(lockModel, piece, left) {
-			case porcupine.Illegal:
-				var ids []AcqID
-				for _, op := range piece {
-					if in := op.Input.(lockInput); in.acquire {
-						ids = append(ids, h.Acquisitions[in.holder-1].ID())
-					}
-				}
-				res.Illegal[key] = ids
-			case porcupine.Unknown:
-				res.Unknown = append(res.Unknown, key)
-			default:
-				continue
-			}
-			break
-		}
+		res.decide(h, key, lockModel, byKey[key], timeout)
+	}
+	if h.Mode == ModeRWLock {
+		res.checkRWLinearizable(h, RWLockName, timeout)
 	}
 	return res
+}
+
+// sectionOps are the two operations of the acquisition a, the i-th of
+// the history, if it counts a section: acquire, invoked when Acquire
+// returned and completed at the entry check, and release, invoked at the
+// last check that found the lease live and completed when the key was
+// certainly free of the holder. input gives each's input. Their client is
+// the holder, i + 1.
+func sectionOps(a Acquisition, i int, input func(acquire bool) any) []porcupine.Operation {
+	s, ok := a.Section()
+	if !ok {
+		return nil
+	}
+	freed := a.freedBy(0)
+	return []porcupine.Operation{
+		{ClientId: i + 1, Input: input(true), Call: a.Granted.UnixNano(), Return: max(s.From.UnixNano(), a.Granted.UnixNano())},
+		{ClientId: i + 1, Input: input(false), Call: s.To.UnixNano(), Return: max(freed.UnixNano(), s.To.UnixNano())},
+	}
+}
+
+// decide checks ops, the operations of key (pairs from sectionOps), piece
+// by piece against model within timeout, and records under key the first
+// piece that is illegal, with the acquisitions whose acquire it holds, or
+// that key was undecided.
+func (res *Linearity) decide(h History, key string, model porcupine.Model, ops []porcupine.Operation, timeout time.Duration) {
+	deadline := time.Now().Add(timeout)
+	for _, piece := range pieces(ops) {
+		left := time.Until(deadline)
+		if left <= 0 {
+			res.Unknown = append(res.Unknown, key)
+			return
+		}
+		res.Pieces++
+		switch porcupine.CheckOperationsTimeout(model, piece, left) {
+		case porcupine.Illegal:
+			var ids []AcqID
+			for i := 0; i < len(piece); i += 2 { // pairs: acquire, release
+				ids = append(ids, h.Acquisitions[piece[i].ClientId-1].ID())
+			}
+			res.Illegal[key] = ids
+			return
+		case porcupine.Unknown:
+			res.Unknown = append(res.Unknown, key)
+			return
+		}
+	}
 }
 
 // pieces splits one key's operations into the connected stretches of
@@ -145,7 +165,7 @@ func pieces(ops []porcupine.Operation) [][]porcupine.Operation {
 func (l Linearity) Violations(r Report) []Violation {
 	overlapping := map[string]bool{}
 	for _, v := range r.Violations {
-		if v.Kind == LeaseOverlap {
+		if v.Kind == LeaseOverlap || v.Kind == WriterOverlap { // a writer's under the read/write lock's name
 			overlapping[v.Key] = true
 		}
 	}

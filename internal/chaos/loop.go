@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -27,6 +28,18 @@ type loop struct {
 	rng    *rand.Rand
 	seq    int64
 	sem    *setnxlock.Semaphore // in a semaphore run, the semaphore whose permits the loop takes
+	rw     *setnxlock.RWLock    // in an rwlock run, the read/write lock the loop takes
+}
+
+// call is what one acquisition of a loop asks for: its key, or the
+// semaphore's or read/write lock's key its call is on record under;
+// whether it makes one attempt (try); in an rwlock run whether it takes
+// the write lock; in a multi run, the group of keys it locks at once
+// (nil: key alone).
+type call struct {
+	key        string
+	try, write bool
+	group      []string
 }
 
 // runLoop runs one loop until ctx ends, the harness hangs up, or the
@@ -41,6 +54,11 @@ func runLoop(ctx context.Context, cfg WorkerConfig, name string, locker *setnxlo
 		rng: streamFor(cfg.Seed, "worker/"+name)}
 	if name := cfg.Locker.Semaphore; name != "" {
 		if l.sem, err = locker.Semaphore(name, len(cfg.Keys)); err != nil {
+			return err
+		}
+	}
+	if name := cfg.Locker.RWLock; name != "" {
+		if l.rw, err = locker.RWLock(name); err != nil {
 			return err
 		}
 	}
@@ -67,29 +85,43 @@ func (l *loop) once(ctx context.Context) error {
 		cancelAt = time.Duration(at * float64(2*l.cfg.TTL))
 	}
 
-	try := false
-	if l.sem != nil {
+	c := call{key: key}
+	switch {
+	case l.sem != nil:
 		// Which permit it wins is known once it returns: the call is on
 		// record under the semaphore (semaphore.go).
-		key = semaphoreCallKey(l.sem.Name())
-		try = l.rng.Float64() < semaphoreTryRate
+		c.key = semaphoreCallKey(l.sem.Name())
+		c.try = l.rng.Float64() < semaphoreTryRate
+	case l.rw != nil:
+		// Which key it wins, the writer's or a reader's own, is known once
+		// it returns: the call is on record under the writer key
+		// (rwlock.go).
+		c.key = rwCallKey(l.rw.Name())
+		c.write, c.try = l.rng.Float64() < rwWriteRate, l.rng.Float64() < rwTryRate
+	case l.cfg.Locker.Multi:
+		c.try = l.rng.Float64() < multiTryRate
+		if l.rng.Float64() < multiGroupRate {
+			c.group = l.pickGroup()
+			c.key = groupKey(c.group) // on record as the group (multi.go)
+		}
 	}
+	key = c.key
 
 	l.seq++
 	seq := strconv.FormatInt(l.seq, 10)
 	if _, err := l.res.call("call", seq, key, nanos(time.Now())); err != nil {
 		return err
 	}
-	lock, trace, err := l.acquire(ctx, key, cancelAt, try)
+	lock, trace, err := l.acquire(ctx, c, cancelAt)
 	doubt := trace.doubt.Load()
-	if l.sem != nil {
-		// Its writes went to every permit key: on record, the keys those
-		// in doubt named (semaphoreCalls), and the acquisition in doubt
-		// only when one named the permit it won.
+	if l.sem != nil || c.group != nil {
+		// Its writes went to several keys: on record, the keys those in
+		// doubt named (semaphoreCalls, perKey), and a semaphore's
+		// acquisition in doubt only when one named the permit it won.
 		if _, err := l.res.call("doubts", seq, trace.doubtList()); err != nil {
 			return err
 		}
-		if permit, ok := lock.(heldLock); ok && err == nil {
+		if permit, ok := lock.(heldLock); ok && err == nil && l.sem != nil {
 			doubt = trace.doubtOn(permit.Key())
 		}
 	}
@@ -106,8 +138,8 @@ func (l *loop) once(ctx context.Context) error {
 		return sleep(ctx, time.Duration(l.rng.Float64()*float64(l.cfg.MaxBackoff)))
 	}
 	granted := time.Now()
-	if permit, ok := lock.(heldLock); ok && l.sem != nil {
-		key = permit.Key()
+	if held, ok := lock.(heldLock); ok && (l.sem != nil || l.rw != nil) {
+		key = held.Key() // the permit, or the writer's or a reader's key, it won
 	}
 	token := strconv.FormatInt(lock.FencingToken(), 10)
 	if _, err := l.res.call("acq", seq, key, token, nanos(trace.sentAt(granted)), nanos(granted), l.wall(lock.ExpiresAt()), strconv.FormatBool(doubt),
@@ -173,11 +205,15 @@ func (l *loop) wall(t time.Time) string { return nanos(t.Add(-l.cfg.Offset)) }
 
 // acquire calls Acquire (in an election run, Campaign for the election
 // whose lock is key; in a semaphore run, the semaphore's Acquire, or its
-// TryAcquire when try is set) with a context that ends after 20 leases, or
-// at cancelAt when that is not negative, or when the harness's
-// announcement of a release of key (of any permit, in a semaphore run)
-// makes cancelOnRelease end it. The trace says what the call sent.
-func (l *loop) acquire(ctx context.Context, key string, cancelAt time.Duration, try bool) (holding, *callTrace, error) {
+// TryAcquire when try is set; in an rwlock run, RLock, TryRLock, Lock or
+// TryLock; for a group, AcquireMany or TryAcquireMany; TryAcquire for a
+// single key that tries, in a multi run) with a context that ends after
+// 20 leases, or at cancelAt when that is not negative, or when the
+// harness's announcement of a release of key (of any permit, in a
+// semaphore run; of any key of the group) makes cancelOnRelease end it.
+// The trace says what the call sent.
+func (l *loop) acquire(ctx context.Context, c call, cancelAt time.Duration) (holding, *callTrace, error) {
+	key, try := c.key, c.try
 	limit := 20 * l.cfg.TTL
 	if cancelAt >= 0 {
 		limit = cancelAt
@@ -189,8 +225,11 @@ func (l *loop) acquire(ctx context.Context, key string, cancelAt time.Duration, 
 	actx = context.WithValue(actx, callKey{}, trace)
 	p := &pendingAcquire{cancel: cancel}
 	waitsOn := []string{key}
-	if l.sem != nil {
+	switch {
+	case l.sem != nil:
 		waitsOn = l.cfg.Keys // it waits on every permit at once
+	case c.group != nil:
+		waitsOn = c.group
 	}
 	for _, k := range waitsOn {
 		l.waits.add(k, p)
@@ -202,6 +241,13 @@ func (l *loop) acquire(ctx context.Context, key string, cancelAt time.Duration, 
 			take = l.sem.TryAcquire
 		}
 		lock, err := take(actx)
+		if err != nil {
+			return nil, trace, err
+		}
+		return heldLock{lock}, trace, nil
+	}
+	if l.rw != nil || c.group != nil || (try && l.cfg.Locker.Multi) {
+		lock, err := l.take(actx, c)
 		if err != nil {
 			return nil, trace, err
 		}
@@ -223,6 +269,34 @@ func (l *loop) acquire(ctx context.Context, key string, cancelAt time.Duration, 
 		return nil, trace, err
 	}
 	return heldLock{lock}, trace, nil
+}
+
+// take makes the call of an rwlock run, or of a multi run that locks a
+// group or tries a single key once.
+func (l *loop) take(ctx context.Context, c call) (*setnxlock.Lock, error) {
+	switch {
+	case l.rw != nil && c.write && c.try:
+		return l.rw.TryLock(ctx)
+	case l.rw != nil && c.write:
+		return l.rw.Lock(ctx)
+	case l.rw != nil && c.try:
+		return l.rw.TryRLock(ctx)
+	case l.rw != nil:
+		return l.rw.RLock(ctx)
+	case c.group != nil && c.try:
+		return l.locker.TryAcquireMany(ctx, c.group...)
+	case c.group != nil:
+		return l.locker.AcquireMany(ctx, c.group...)
+	}
+	return l.locker.TryAcquire(ctx, c.key)
+}
+
+// pickGroup draws 2 or 3 of the loop's keys in a random order: groups of
+// other loops take the same keys in other orders.
+func (l *loop) pickGroup() []string {
+	keys := slices.Clone(l.cfg.Keys)
+	l.rng.Shuffle(len(keys), func(i, j int) { keys[i], keys[j] = keys[j], keys[i] })
+	return keys[:2+l.rng.IntN(2)]
 }
 
 // campaignInDoubt reports whether a Campaign call that returned err may

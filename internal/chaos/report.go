@@ -73,9 +73,25 @@ func (r *Result) Details() string {
 		roundDuration(f.Slowest), f.Bound, roundDuration(f.Drained), f.Goroutines[0], f.Goroutines[1])
 	line("porcupine: %d stretches checked, illegal keys=%d, undecided keys=%v",
 		r.Linearity.Pieces, len(r.Linearity.Illegal), r.Linearity.Unknown)
+	if name := c.rwLock(); name != "" {
+		for _, writers := range []bool{false, true} {
+			waits, who := rwWaits(name, r.History.Acquisitions, writers), "readers"
+			if writers {
+				who = "writers"
+			}
+			line("read/write lock %s: %s=%d, their waits from call to grant p50=%s p99=%s max=%s", name, who, len(waits),
+				roundDuration(Percentile(waits, 50)), roundDuration(Percentile(waits, 99)), roundDuration(Percentile(waits, 100)))
+		}
+		line("read/write lock %s: overlapping reader pairs=%d (readers held it together); checked against a read/write lock by Porcupine too",
+			name, r.Report.ReaderOverlaps)
+	}
+	if c.Mode == ModeMulti {
+		line("groups: %d acquisitions of 2–3 keys at once, %d of a single key", groupCount(r.History.Acquisitions),
+			len(r.History.Acquisitions)-groupCount(r.History.Acquisitions))
+	}
 	var counts []string
 	for _, kind := range []string{LeaseOverlap, NotLinearizable, CheckersDisagree, FenceInterleave, TokenOrder, WorkAfterLoss,
-		PermitsExceeded, SlowRecovery, SlowFreeWait, FinalAcquire, QueueNotDrained, GoroutineGrowth} {
+		PermitsExceeded, WriterOverlap, GroupPartial, SlowRecovery, SlowFreeWait, FinalAcquire, QueueNotDrained, GoroutineGrowth} {
 		counts = append(counts, fmt.Sprintf("%s=%d", kind, r.Report.Count(kind)))
 	}
 	line("violations: %s", strings.Join(counts, " "))

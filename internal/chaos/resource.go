@@ -230,9 +230,10 @@ func (s *resource) onDone(id AcqID, h clientHooks, req request, reply func(strin
 		s.rec.told(id, time.Unix(0, n[2]), time.Unix(0, n[3]))
 	}
 	s.rec.checked(id, at, req.args[2] == "true", time.Unix(0, n[1]))
-	key := s.rec.done(id, at)
-	if key != "" {
-		s.ann.released(key)
+	if key := s.rec.done(id, at); key != "" {
+		for _, k := range groupKeys(key) { // each key of a group (multi.go)
+			s.ann.released(k)
+		}
 	}
 	if kill, delay := h.plan.atRelease(); kill {
 		if !reply(replyOK) {

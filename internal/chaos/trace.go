@@ -203,7 +203,7 @@ func (h traceHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		}
 		start := time.Now()
 		switch cmd.Name() {
-		case "eval", "evalsha", "setnx": // the commands that can win a lock on their own
+		case "eval", "evalsha", "setnx", "msetnx": // the commands that can win a lock on their own (MSETNX: a group, multi.go)
 			trace.sent.Store(start.UnixNano())
 		}
 		if leaderRead(cmd) {

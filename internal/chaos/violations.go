@@ -25,6 +25,15 @@ const (
 	// semaphore overlapped in real time than it has permits, each inside
 	// its holder's lease by the holder's own clock (semaphore runs only).
 	PermitsExceeded = "permits-exceeded"
+	// WriterOverlap: a writer's critical section on a read/write lock
+	// overlapped in real time another section of the same lock, a
+	// reader's or a writer's, each inside its holder's lease by the
+	// holder's own clock (rwlock runs only).
+	WriterOverlap = "writer-overlap"
+	// GroupPartial: a group lock's critical section overlapped another
+	// holder's section on one of the group's keys: the group did not hold
+	// all of its keys (multi runs only; each is a LeaseOverlap too).
+	GroupPartial = "group-partial"
 	// SlowRecovery: a crashed holder's key was not acquired again within
 	// Bounds.Recovery of the end of its lease (liveness).
 	SlowRecovery = "slow-recovery"

@@ -70,7 +70,7 @@ func RunWorker(parent context.Context, cfg WorkerConfig) error {
 	client := newRedisClient(cfg, claims)
 	defer client.Close()
 	hook := traceHook{retried: retriedAfter(cfg)}
-	if cfg.Locker.Semaphore != "" {
+	if cfg.Locker.Semaphore != "" || cfg.Locker.Multi {
 		hook.keys = map[string]bool{}
 		for _, k := range cfg.Keys {
 			hook.keys[k] = true
