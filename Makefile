@@ -10,7 +10,7 @@ FUZZTIME            ?= 10s
 CHAOS_SEED          ?= 1
 MODE                ?= all
 SOAK_DURATION       ?= 10m
-TEST_TIMEOUT        ?= 5m
+TEST_TIMEOUT        ?= 8m
 
 .PHONY: test demo worker lint bench chaos soak fuzz interop-cronlock cli election failover
 

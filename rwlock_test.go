@@ -636,7 +636,7 @@ func (r randomLoss) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 // takes fail or are retried, releases are in doubt and leases run out, and
 // still no writer is ever beside another holder.
 func TestRWLockExcludesUnderLostReplies(t *testing.T) {
-	const workers, lockers, cycles = 8, 4, 12
+	const workers, lockers, cycles = 8, 4, 8
 	onEachPath(t, func(t *testing.T, b *backend, p lockPath) {
 		ls := make([]*Locker, lockers)
 		var lost atomic.Int64
@@ -695,7 +695,7 @@ func rwUnderFaults(t *testing.T, ls []*Locker, workers, cycles int, faults func(
 // Connections are cut and replies lost below go-redis, which retries as
 // users' clients do: still no writer beside another holder.
 func TestRWLockExcludesThroughCutConnections(t *testing.T) {
-	const workers, lockers, cycles = 8, 4, 10
+	const workers, lockers, cycles = 8, 4, 5
 	onEachPath(t, func(t *testing.T, b *backend, p lockPath) {
 		proxy := faultproxy.Start(t, b.addr)
 		require.NoError(t, proxy.SetFaults(faultproxy.Faults{Seed: rand.Uint64(), LoseRate: 0.01, CutRate: 0.01}))
