@@ -176,15 +176,17 @@ func (r *recorder) checked(id AcqID, at time.Time, live bool, leaseEnd time.Time
 }
 
 // write is the resource's decision on one write: accepted unless a higher
-// token has been accepted for the key.
+// token has been accepted for the key, or without a token (0).
 func (r *recorder) write(id AcqID, key string, token int64) (accepted, ok bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.stopped {
 		return false, false
 	}
-	accepted = token >= r.maxToken[key]
-	if accepted {
+	// A write without a token (0) is an unfenced holder's, beside fenced
+	// ones in the rwlock mode: the fence has nothing to judge it by.
+	accepted = token == 0 || token >= r.maxToken[key]
+	if accepted && token > r.maxToken[key] {
 		r.maxToken[key] = token
 	} else {
 		r.stale++
