@@ -186,11 +186,10 @@ func (r *recorder) write(id AcqID, key string, token int64) (accepted, ok bool) 
 	// A write without a token (0) is an unfenced holder's, beside fenced
 	// ones in the rwlock mode: the fence has nothing to judge it by.
 	accepted = token == 0 || token >= r.maxToken[key]
-	if accepted && token > r.maxToken[key] {
-		r.maxToken[key] = token
-	} else {
+	if !accepted {
 		r.stale++
 	}
+	r.maxToken[key] = max(r.maxToken[key], token)
 	r.ops = append(r.ops, Op{AcqID: id, Key: key, Token: token, At: time.Now(), Accepted: accepted})
 	return accepted, true
 }

@@ -35,4 +35,5 @@ func TestAWriteWithoutATokenIsAcceptedAndMovesNoFence(t *testing.T) {
 		assert.True(t, ok)
 		assert.Equal(t, w.accepted, accepted, "token %d", w.token)
 	}
+	assert.Equal(t, 2, r.stale, "the refused writes alone counted stale")
 }
