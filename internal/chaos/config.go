@@ -175,7 +175,7 @@ func (c *Config) modeDefaults(mode string) {
 		// up one key of nine, and readers queued behind a writer are
 		// admitted one handoff apart. 10⁴ acquisitions took about 200s on
 		// the loaded 2-core machine without fencing (halving every fault's
-		// rate, or having half the writers, gained under 10%), 243s with
+		// rate, or having half the writers, gained under 10%), 243s and 252s with
 		// half the Lockers fencing, whose calls are slower. A bound for a
 		// stuck run, not an expectation.
 		c.Duration = 360 * time.Second
