@@ -176,19 +176,20 @@ func (r *recorder) checked(id AcqID, at time.Time, live bool, leaseEnd time.Time
 }
 
 // write is the resource's decision on one write: accepted unless a higher
-// token has been accepted for the key.
+// token has been accepted for the key, or without a token (0).
 func (r *recorder) write(id AcqID, key string, token int64) (accepted, ok bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.stopped {
 		return false, false
 	}
-	accepted = token >= r.maxToken[key]
-	if accepted {
-		r.maxToken[key] = token
-	} else {
+	// A write without a token (0) is an unfenced holder's, beside fenced
+	// ones in the rwlock mode: the fence has nothing to judge it by.
+	accepted = token == 0 || token >= r.maxToken[key]
+	if !accepted {
 		r.stale++
 	}
+	r.maxToken[key] = max(r.maxToken[key], token)
 	r.ops = append(r.ops, Op{AcqID: id, Key: key, Token: token, At: time.Now(), Accepted: accepted})
 	return accepted, true
 }

@@ -22,3 +22,18 @@ func TestASectionReportedAfterItsProcessWasKilledEndsWithIt(t *testing.T) {
 	assert.Equal(t, ms(2), h.Acquisitions[0].Killed, "the section ended with its process")
 	assert.Empty(t, r.inSection(ms(1000)), "no section left open")
 }
+
+// An unfenced holder's write (token 0) beside fenced ones, as in the
+// rwlock mode, is accepted and leaves the fence where it was.
+func TestAWriteWithoutATokenIsAcceptedAndMovesNoFence(t *testing.T) {
+	r := newRecorder(func(int) {})
+	for _, w := range []struct {
+		token    int64
+		accepted bool
+	}{{5, true}, {0, true}, {3, false}, {5, true}, {0, true}, {6, true}, {5, false}} {
+		accepted, ok := r.write(AcqID{Client: "c", Seq: w.token}, "k", w.token)
+		assert.True(t, ok)
+		assert.Equal(t, w.accepted, accepted, "token %d", w.token)
+	}
+	assert.Equal(t, 2, r.stale, "the refused writes alone counted stale")
+}
