@@ -38,7 +38,10 @@ func TestBadUsageExits64AndWritesNothing(t *testing.T) {
 		{"run", "--url", "http://example.com", "k", "--", "true"},
 		{"run", "--url", "redis+sentinel://127.0.0.1:26379/0", "k", "--", "true"},
 		{"status"},
-		{"status", "k", "j"},
+		{"status", "k", "k"},
+		{"status", "k", ""},
+		{"status", "--rw", "k", "j"},
+		{"status", "--rw", "--match", "x*"},
 		{"release", "k"},
 		{"release", "--force"},
 	} {
