@@ -72,7 +72,7 @@ bench:
 	@rm -f $(BENCH_OUT); for round in $$(seq $(BENCH_COUNT)); do \
 	  $(GO) test -run '^$$' -bench . -benchmem -count 1 . | tee -a $(BENCH_OUT) || exit 1; done
 	@awk '/UncontendedCycle\/raw/ { raw += $$3; rn++ } \
-	      /UncontendedCycle\/setnxlock/ { lib += $$3; ln++ } \
+	      /UncontendedCycle\/setnxlock-[0-9]+[ \t]/ { lib += $$3; ln++ } \
 	      END { if (!rn || !ln) { print "bench: uncontended results missing"; exit 1 } \
 	            printf "\nuncontended acquire+release: %.0f cycles/s; raw SETNX+DEL: %.0f cycles/s; ratio %.2fx\n", \
 	                   1e9 / (lib / ln), 1e9 / (raw / rn), (raw / rn) / (lib / ln) }' $(BENCH_OUT)
