@@ -23,8 +23,9 @@ import (
 //	    anything but a lock value refuses it, untouched (H7)
 //	MULTI
 //	    MSETNX the keys when every one was missing (Redis 1.0.1), else
-//	    MSET them: the watched takeover of the expired ones (H1: never
-//	    DEL-then-SETNX; the WATCH is the page's GETSET check, H2)
+//	    GETSET each: the watched takeover of the expired ones (H1: never
+//	    DEL-then-SETNX), whose replaced values are checked against the
+//	    ones judged, as the page checks GETSET's (H2; tookOverGroup)
 //	    PEXPIRE every key: the safety net (H6), relative
 //	    with fencing: SET every counter to the group's token, one more
 //	    than the highest counter read
@@ -141,10 +142,13 @@ func (l *Locker) claimGroup(ctx context.Context, keys []string) (win groupWin, h
 	counters := l.groupCounters(keys)
 	sent := false // a transaction went out: its EXEC may have applied
 	var setnx *redis.BoolCmd
+	var getsets []*redis.StringCmd // the takeover's, one per key
+	var judged []read              // what the watch read at each key
 	err = l.watchAll(ctx, append(slices.Clone(keys), counters...), func(tx *redis.Tx, reads []read) error {
 		now := l.cfg.clock.Now()
 		var free bool
-		free, held, err = l.judgeGroup(keys, reads[:len(keys)], now)
+		judged = reads[:len(keys)]
+		free, held, err = l.judgeGroup(keys, judged, now)
 		if err != nil {
 			return errors.Join(err, unwatch(ctx, tx))
 		}
@@ -155,16 +159,23 @@ func (l *Locker) claimGroup(ctx context.Context, keys []string) (win groupWin, h
 			}
 		}
 		win = groupWin{ours: l.attemptStamp(now, ""), fencingToken: token, recovered: !free}
-		sent, setnx = true, nil
+		sent, setnx, getsets = true, nil, nil
 		cmds, err := tx.TxPipelined(ctx, func(pipe redis.Pipeliner) error {
-			pairs := make([]any, 0, 2*len(keys))
-			for _, key := range keys {
-				pairs = append(pairs, key, win.ours.value)
-			}
 			if free {
+				pairs := make([]any, 0, 2*len(keys))
+				for _, key := range keys {
+					pairs = append(pairs, key, win.ours.value)
+				}
 				setnx = pipe.MSetNX(ctx, pairs...) // every key missing: the classic command
 			} else {
-				pipe.MSet(ctx, pairs...) // takes over the expired ones, under the WATCH (H1)
+				// The page's takeover, under the WATCH (H1): GETSET each
+				// key, so that the value each replaced can be checked
+				// against the one judged (tookOverGroup, H2).
+				getsets = make([]*redis.StringCmd, len(keys))
+				for i, key := range keys {
+					getsets[i] = redis.NewStringCmd(ctx, "getset", key, win.ours.value)
+					_ = pipe.Process(ctx, getsets[i])
+				}
 			}
 			for _, key := range keys {
 				pipe.PExpire(ctx, key, l.safetyNet(win.ours.length())) // H6
@@ -174,6 +185,18 @@ func (l *Locker) claimGroup(ctx context.Context, keys []string) (win groupWin, h
 			}
 			return nil
 		})
+		if errors.Is(err, redis.Nil) {
+			// A GETSET that found its key missing, free to take, answers
+			// nil: the EXEC ran, and tookOverGroup reads each GETSET's
+			// reply. Any other command's failure is still the answer.
+			err = nil
+			for _, cmd := range cmds {
+				if cmdErr := cmd.Err(); cmdErr != nil && !errors.Is(cmdErr, redis.Nil) {
+					err = cmdErr
+					break
+				}
+			}
+		}
 		return withCause(cmds, err)
 	})
 	switch {
@@ -198,8 +221,52 @@ func (l *Locker) claimGroup(ctx context.Context, keys []string) (win groupWin, h
 		// Every key was missing under the WATCH, yet MSETNX found one: the
 		// server does not honour WATCH, and nothing is safe on it.
 		return groupWin{}, heldLease{}, fmt.Errorf("%w: MSETNX on %q found a key the watch saw missing", ErrWatchIgnored, keys)
+	case getsets != nil:
+		if err := l.tookOverGroup(ctx, keys, judged, win.ours, getsets); err != nil {
+			return groupWin{}, heldLease{}, err
+		}
 	}
 	return win, heldLease{}, nil
+}
+
+// tookOverGroup checks what the takeover's GETSETs replaced, the page's
+// check for each key (H2): under the WATCH every key held exactly the
+// value the watch read and judged over (or was missing). A key that held
+// anything else means the server, or a proxy, ignores WATCH: the GETSET
+// may have overwritten a live lease taken in between. As tookOver does
+// for one key, it then puts back, as best it can, every value it replaced
+// that was not the one judged, deletes our value from the other keys (no
+// group was granted), and reports ErrWatchIgnored, which Acquire does not
+// retry: without WATCH neither takeover nor release is safe.
+func (l *Locker) tookOverGroup(ctx context.Context, keys []string, judged []read, ours stamp, getsets []*redis.StringCmd) error {
+	var replaced []string // keys whose value changed under the watch
+	var failed []error
+	for i, getset := range getsets {
+		old, found, err := stringReply(getset)
+		if err != nil {
+			failed = append(failed, fmt.Errorf("GETSET %q: %w", keys[i], err))
+			continue
+		}
+		if found == judged[i].found && old == judged[i].value {
+			continue
+		}
+		replaced = append(replaced, keys[i])
+		if found {
+			if err := l.restore(ctx, keys[i], ours.value, old); err != nil {
+				failed = append(failed, fmt.Errorf("putting back %q: %w", keys[i], err))
+			}
+		}
+	}
+	if len(replaced) == 0 && len(failed) == 0 {
+		return nil
+	}
+	if err := l.undoGroup(ctx, keys, ours.value); err != nil {
+		failed = append(failed, fmt.Errorf("undo of %q: %w", keys, err))
+	}
+	if len(replaced) == 0 {
+		return fmt.Errorf("setnxlock: acquire %q: %w", keys, errors.Join(failed...))
+	}
+	return errors.Join(fmt.Errorf("%w: GETSET on %q replaced values the watch did not read", ErrWatchIgnored, replaced), errors.Join(failed...))
 }
 
 // judgeGroup judges each key of the group as judge judges one (H4, H7):
@@ -229,7 +296,7 @@ func (l *Locker) judgeGroup(keys []string, reads []read, now time.Time) (free bo
 		takeable := l.takeableAt(holderExpiry)
 		if expired(takeable, now) || l.lostGroups.holds(keys[i], r.value, now) {
 			// Over, or a group write of ours nobody was granted (H5),
-			// which the watched MSET may overwrite as it would an expired
+			// which the watched GETSET may overwrite as it would an expired
 			// one: of several attempts that recognise it, the WATCH lets
 			// one write.
 			continue

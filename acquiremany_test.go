@@ -124,6 +124,34 @@ func TestAcquireManyTakesOverExpiredMembers(t *testing.T) {
 	})
 }
 
+// A server or proxy that accepts WATCH and ignores it breaks a group's
+// takeover as it breaks one key's: a member taken over by someone else
+// between the group's read and its EXEC would be overwritten. The page's
+// check on each GETSET's old value catches it (H2): the group puts the
+// winner's value back, leaves none of its own, and reports
+// ErrWatchIgnored, which AcquireMany does not retry.
+func TestAGroupOnAServerThatIgnoresWatchIsDetected(t *testing.T) {
+	onEachBackend(t, func(t *testing.T, b *backend) {
+		b.crashedHolder(t, "m.b") // the group takes m.b over: its GETSETs, not MSETNX
+		client := b.client(t)
+		client.AddHook(watchIgnored{})
+		checked := gateAfter(t, client, "get", 1) // the GETs of the would-be watch
+		groupDone := make(chan error, 1)
+		go func() { _, err := b.lockerOn(t, client).TryAcquireMany(ctx, "m.a", "m.b"); groupDone <- err }()
+		checked.wait(t)
+
+		winner, err := b.locker(t).TryAcquire(ctx, "m.b")
+		require.NoError(t, err, "a single-key locker takes the expired member first")
+		winnersValue := b.value(t, "m.b")
+		checked.pass()
+
+		require.ErrorIs(t, await.Recv(t, groupDone, "the group's TryAcquireMany"), ErrWatchIgnored)
+		assert.Equal(t, []string{"<missing>", winnersValue}, b.groupValues(t, "m.a", "m.b"),
+			"the winner's value put back, and nothing of the group's left")
+		require.NoError(t, winner.Release(ctx))
+	})
+}
+
 // The classic clients' bare timestamps: the group writes one bare value
 // to every key, and releases and renews only that exact value (H3).
 func TestGroupInABareFormat(t *testing.T) {
