@@ -124,15 +124,18 @@ func Check(h History, b Bounds) Report {
 	var stops []FaultAt               // clients stopped, killed or cut off
 	frozen := map[string][]Interval{} // when each client process was stopped (SIGSTOP)
 	cut := map[string][]Interval{}    // also when each client slot was cut off from Redis (partitions), by slotName
+	held := map[string][]Interval{}   // when the harness held a goroutine client's loop (a stall), by loop
 	for _, f := range h.Faults {
 		switch f.Kind {
-		case FaultPause, FaultGrantPause, FaultKill, FaultWaiterKill, FaultReleaseKill:
+		case FaultPause, FaultGrantPause, FaultKill, FaultWaiterKill, FaultReleaseKill, FaultStall:
 			if strings.HasPrefix(f.Client, "p") {
 				stops = append(stops, f)
 				if !f.Until.IsZero() {
 					frozen[processOf(f.Client)] = append(frozen[processOf(f.Client)], Interval{From: f.At, To: f.Until})
 					cut[processOf(f.Client)] = append(cut[processOf(f.Client)], Interval{From: f.At, To: f.Until})
 				}
+			} else if !f.Until.IsZero() { // a goroutine's stall or grant pause: its loop alone waits for the resource's reply
+				held[f.Client] = append(held[f.Client], Interval{From: f.At, To: f.Until})
 			}
 		case FaultPartition:
 			stops = append(stops, f)
@@ -153,7 +156,7 @@ func Check(h History, b Bounds) Report {
 		acqs := byGrant(live[key])
 		r.recovery(key, acqs, calls[key], claims[key], states[key], h.End, pause, b)
 		r.freeWaits(key, acqs, calls[key], claims[key], pause, states[key], stops, cut, b)
-		r.lossSignals(key, acqs, h.End, pause, frozen, b)
+		r.lossSignals(key, acqs, h.End, pause, frozen, held, b)
 	}
 	if b.Fenced {
 		r.Violations = append(r.Violations, fenceInterleaves(h.Ops)...)

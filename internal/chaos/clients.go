@@ -119,7 +119,9 @@ func (h *harness) hooks(client string) clientHooks {
 			if kind == FaultPause {
 				kind = FaultStall
 			}
-			h.fault(kind, client)
+			// On record with its length, as a process's stop is: the loop
+			// can report nothing while it is held (lossSignals).
+			h.rec.faultFor(kind, client, d)
 			_ = sleepOrStop(d, stop)
 		},
 	}

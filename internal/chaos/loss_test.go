@@ -80,3 +80,57 @@ func TestAHolderThatChecksItsLeaseItselfIsNotCheckedForWorkAfterLoss(t *testing.
 	assert.Empty(t, r.Violations)
 	assert.Empty(t, r.LossGaps)
 }
+
+// A goroutine client's stall is the harness holding its loop's write to
+// the resource for a lease or two (clients.go): its Lock and its loss
+// watch run on. The seed-17 flake of the heard mode: a holder stalled
+// right after its grant, its lease ending within the stall, and the run
+// stopping 122ms past that end while the stall still held the loop. It
+// could not report whether it had been told; it was last seen at the
+// stall's start, well within its lease.
+
+func TestAHolderStoppedByTheRunWhileItsLoopWasStalledIsChargedUntilTheStall(t *testing.T) {
+	a := cutOff("g2.3/1", -1, -1)
+	a.Released = time.Time{}
+	stall := FaultAt{At: ms(150), Kind: FaultStall, Client: "g2.3/1", Until: ms(600)}
+	h := History{Acquisitions: []Acquisition{a}, End: ms(320), Faults: []FaultAt{stall}}
+	r := Check(h, untilLost)
+	assert.Empty(t, r.Violations, "held by the harness from 150 to the run's end at 320: seen untold last at 150, within its lease")
+
+	other := stall
+	other.Client = "g2.3/0" // a sibling loop's stall held this loop nothing
+	h.Faults = []FaultAt{other}
+	assert.Equal(t, 1, Check(h, untilLost).Count(WorkAfterLoss), "the run stopped it 120ms past its lease, working")
+}
+
+func TestAHolderStalledPastItsLeasesEndIsChargedFromThereToTheStall(t *testing.T) {
+	a := cutOff("g0.0/0", -1, -1)
+	a.Released = time.Time{}
+	h := History{Acquisitions: []Acquisition{a}, End: ms(500),
+		Faults: []FaultAt{{At: ms(300), Kind: FaultStall, Client: "g0.0/0", Until: ms(700)}}}
+	r := Check(h, untilLost)
+	require.Equal(t, 1, r.Count(WorkAfterLoss), r.Violations)
+	assert.Contains(t, r.Violations[0].Detail, "worked 100ms past its lease's end", "untold from 200 to its stall at 300")
+}
+
+func TestAStallThatEndedIsNoExcuseForAHolderThatLeftUntold(t *testing.T) {
+	// Its stall held its loop across the lease's end; once the stall was
+	// over it found itself untold and left: its Lock never said.
+	a := cutOff("g0.0/0", -1, 410)
+	h := History{Acquisitions: []Acquisition{a}, End: ms(1000),
+		Faults: []FaultAt{{At: ms(150), Kind: FaultStall, Client: "g0.0/0", Until: ms(400)}}}
+	r := Check(h, untilLost)
+	require.Equal(t, 1, r.Count(WorkAfterLoss), r.Violations)
+	assert.Contains(t, r.Violations[0].Detail, "worked 210ms past its lease's end", "the stall is not subtracted")
+}
+
+func TestAStallIsNoExcuseForASignalThatCameLate(t *testing.T) {
+	// Its loss watch ran through the stall and saw the signal at 450,
+	// 250ms late: the library's delay, not the stall's.
+	a := cutOff("g0.0/0", 450, 600)
+	h := History{Acquisitions: []Acquisition{a}, End: ms(1000),
+		Faults: []FaultAt{{At: ms(150), Kind: FaultStall, Client: "g0.0/0", Until: ms(590)}}}
+	r := Check(h, untilLost)
+	require.Equal(t, 1, r.Count(WorkAfterLoss), r.Violations)
+	assert.Equal(t, []time.Duration{250 * time.Millisecond}, r.LossGaps["g"])
+}
