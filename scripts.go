@@ -31,6 +31,8 @@ var (
 	protocolLua string
 	//go:embed lua/handon.lua
 	handOnLua string
+	//go:embed lua/release_alone.lua
+	releaseAloneLua string
 	//go:embed lua/release.lua
 	releaseLua string
 	//go:embed lua/leave.lua
@@ -47,7 +49,7 @@ var (
 )
 
 // releaseSource is release.lua with the parts it takes from the others.
-var releaseSource = valueLua + ownedLua + protocolLua + handOnLua + releaseLua
+var releaseSource = valueLua + ownedLua + releaseAloneLua + protocolLua + handOnLua + releaseLua
 
 // releaseCall is how runRelease sends releaseScript (scriptcall.go).
 var releaseCall = callOf(releaseScript, releaseSource)

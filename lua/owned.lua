@@ -1,5 +1,5 @@
--- owned.lua: owned(value), the owner check of a release (H3), shared by
--- release.lua; prefixed with value.lua.
+-- owned.lua: owned(value), the owner check of a release (H3), used by
+-- release_alone.lua and release.lua; prefixed with value.lua.
 --
 -- ARGV[9]     our owner token, or '' when our values carry none
 -- ARGV[11..]  without a token: the exact values that are ours

@@ -1,5 +1,6 @@
 -- release.lua: Release, in one round trip. Prefixed with value.lua,
--- owned.lua, protocol.lua and handon.lua.
+-- owned.lua, release_alone.lua (the way when nobody waits, which returns
+-- before this file when it applies), protocol.lua and handon.lua.
 --
 -- KEYS[1]    the lock key
 -- KEYS[2..]  when ARGV[8] is not '0': its release marker (releasedKey);
