@@ -199,20 +199,35 @@ func (l *Locker) ownLostWrite(ctx context.Context, key string, write stamp, acq 
 // while the lease is live; nil when it is over and may be taken over; and
 // ErrNotLockValue for a value that is not a lock (H7), left untouched.
 func (l *Locker) judge(key string, claimed claimOutcome, now time.Time) (heldLease, error) {
-	holderExpiry, err := heldUntil(claimed.current)
+	holderExpiry, takeable, err := l.takeableFrom(claimed.current)
 	if err != nil {
 		return heldLease{}, fmt.Errorf("setnxlock: key %q: %w", key, err)
 	}
-	// H4: a foreign lease is over only a skew margin, and our clock's
-	// uncertainty, after the end it states, so a clock that runs ahead by
-	// less cannot end it early.
-	takeable := l.takeableAt(holderExpiry)
 	if expired(takeable, now) {
 		return heldLease{}, nil
 	}
 	l.observe(Event{Kind: EventContended, Key: key, ExpiresAt: takeable})
 	held := heldLease{takeableAt: takeable, announced: tokenOf(claimed.current) != "", unqueued: claimed.unqueued}
 	return held, fmt.Errorf("%w: %q is held until %s", ErrNotAcquired, key, holderExpiry.UTC().Format(time.RFC3339Nano))
+}
+
+// takeableFrom reads the end a found value states (heldUntil) and the
+// instant from which judge lets it be taken over. H4: a foreign lease is
+// over only a skew margin, and our clock's uncertainty, after the end it
+// states, so a clock that runs ahead by less cannot end it early.
+func (l *Locker) takeableFrom(value string) (holderExpiry, takeable time.Time, err error) {
+	holderExpiry, err = heldUntil(value)
+	if err != nil {
+		return time.Time{}, time.Time{}, err
+	}
+	return holderExpiry, l.takeableAt(holderExpiry), nil
+}
+
+// liveLease reports whether value is a lease that judge would call live
+// at now; a value that is not a lock value (H7) is not one.
+func (l *Locker) liveLease(value string, now time.Time) bool {
+	_, takeable, err := l.takeableFrom(value)
+	return err == nil && !expired(takeable, now)
 }
 
 // recognise reports whether current, found at key after our SETNX answered

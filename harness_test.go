@@ -187,6 +187,7 @@ type recorder struct {
 	mu      sync.Mutex
 	cmds    []string
 	scripts []string
+	args    [][]any // each command's arguments, its name first
 }
 
 // scriptNames names the library's scripts by their SHA1, as EVALSHA sends it.
@@ -208,20 +209,39 @@ func (r *recorder) add(cmds ...redis.Cmder) {
 	for _, cmd := range cmds {
 		switch cmd.Name() {
 		case "hello", "client", "auth", "select": // connection setup, not our algorithm
+			continue
 		case "evalsha":
 			r.cmds = append(r.cmds, "EVALSHA")
 			r.scripts = append(r.scripts, scriptNames[fmt.Sprint(cmd.Args()[1])])
 		default:
 			r.cmds = append(r.cmds, strings.ToUpper(cmd.Name()))
 		}
+		r.args = append(r.args, cmd.Args())
 	}
+}
+
+// mentioning returns the names of the commands recorded so far that had
+// arg among their arguments (a key, say), in order.
+func (r *recorder) mentioning(arg string) []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var names []string
+	for i, args := range r.args {
+		for _, a := range args {
+			if a == arg {
+				names = append(names, r.cmds[i])
+				break
+			}
+		}
+	}
+	return names
 }
 
 // reset forgets the commands recorded so far.
 func (r *recorder) reset() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.cmds, r.scripts = nil, nil
+	r.cmds, r.scripts, r.args = nil, nil, nil
 }
 
 // scriptsRun returns the library's scripts run so far by EVALSHA, e.g.

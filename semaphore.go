@@ -87,28 +87,35 @@ func (s *Semaphore) permitKey(i int) string {
 }
 
 // TryAcquire makes one attempt at each permit, from a different one each
-// call, and returns the first it wins. It returns an error matching
+// call, and returns the first it wins; a permit that the round trip which
+// checks the count found held by a live lease is not tried, so a call that
+// finds every permit held costs that one round trip. It returns an error matching
 // ErrNotAcquired when every permit is held by a live lease, and
 // ErrPermitsMismatch (nothing written) when the recorded count differs
 // from this client's. A permit key holding something that is not a lock
 // value (H7) is left untouched and the others still serve: the error then
 // also matches ErrNotLockValue when no permit was won.
 func (s *Semaphore) TryAcquire(ctx context.Context) (*Lock, error) {
-	n, err := s.agree(ctx)
+	n, held, err := s.agreeAndLook(ctx, true)
 	if err != nil {
 		return nil, err
 	}
-	lock, _, err := s.tryEach(ctx, n)
+	lock, _, err := s.tryEach(ctx, n, held)
 	return lock, err
 }
 
-// tryEach tries each of n permits once, from a rotating start, and says
-// how many hold no lock value (H7).
-func (s *Semaphore) tryEach(ctx context.Context, n int) (lock *Lock, foreign int, err error) {
+// tryEach tries once each of n permits that the look did not find held
+// (agreeAndLook; all of them when held is nil), from a rotating start,
+// and says how many hold no lock value (H7).
+func (s *Semaphore) tryEach(ctx context.Context, n int, held []bool) (lock *Lock, foreign int, err error) {
 	start := int((s.next.Add(1) - 1) % uint64(n))
 	var foreignErrs []error
 	for j := range n {
-		lock, err := s.locker.TryAcquire(ctx, s.permitKey((start+j)%n))
+		i := (start + j) % n
+		if held != nil && held[i] {
+			continue
+		}
+		lock, err := s.locker.TryAcquire(ctx, s.permitKey(i))
 		switch {
 		case err == nil:
 			return lock, 0, nil
@@ -150,11 +157,11 @@ func (s *Semaphore) notAcquired(n int, foreign []error, ctxErr error) error {
 // something else (H7) are left untouched and not waited on; when every
 // permit does, the error matches ErrNotLockValue.
 func (s *Semaphore) Acquire(ctx context.Context) (*Lock, error) {
-	n, err := s.agreeWaiting(ctx)
+	n, held, err := s.agreeWaiting(ctx)
 	if err != nil {
 		return nil, err
 	}
-	lock, foreign, err := s.tryEach(ctx, n)
+	lock, foreign, err := s.tryEach(ctx, n, held)
 	switch {
 	case err == nil:
 		return lock, nil
@@ -180,26 +187,26 @@ func (s *Semaphore) Acquire(ctx context.Context) (*Lock, error) {
 	return lock, nil
 }
 
-// agreeWaiting is agree for Acquire: a transient failure to read the count
-// is tried again after a backoff, until ctx ends (then the error matches
-// ErrNotAcquired and ctx.Err()).
-func (s *Semaphore) agreeWaiting(ctx context.Context) (int, error) {
+// agreeWaiting is agreeAndLook, with the look, for Acquire: a transient
+// failure to read the count is tried again after a backoff, until ctx ends
+// (then the error matches ErrNotAcquired and ctx.Err()).
+func (s *Semaphore) agreeWaiting(ctx context.Context) (int, []bool, error) {
 	retry := newBackoff(s.locker.cfg.minBackoff, s.locker.cfg.maxBackoff)
 	for {
-		n, err := s.agree(ctx)
+		n, held, err := s.agreeAndLook(ctx, true)
 		switch {
 		case err == nil:
-			return n, nil
+			return n, held, nil
 		case ctx.Err() != nil:
-			return 0, s.notAcquired(s.Permits(), nil, ctx.Err())
+			return 0, nil, s.notAcquired(s.Permits(), nil, ctx.Err())
 		case errors.Is(err, ErrPermitsMismatch), errors.Is(err, ErrNotLockValue), !retryable(err):
-			return 0, err
+			return 0, nil, err
 		}
 		timer := time.NewTimer(retry.next())
 		select {
 		case <-ctx.Done():
 			timer.Stop()
-			return 0, s.notAcquired(s.Permits(), nil, ctx.Err())
+			return 0, nil, s.notAcquired(s.Permits(), nil, ctx.Err())
 		case <-timer.C:
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math/rand/v2"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -160,6 +161,11 @@ func TestSemaphoreRejectsBadInputWritingNothing(t *testing.T) {
 	assert.Zero(t, n, "nothing written")
 }
 
+// TryAcquire takes a free permit and is refused while every permit is
+// held. A pass that finds every permit held costs one round trip: the
+// look at the permits that comes with the count (agreeAndLook) says so,
+// and no permit is tried; a permit the look finds free is tried, and
+// only it.
 func TestSemaphoreTryAcquireTakesAFreePermitAndRefusesWhenAllAreHeld(t *testing.T) {
 	onEachPath(t, func(t *testing.T, b *backend, p lockPath) {
 		s := semaphoreOf(t, b.locker(t, p.opt), "sem", 2)
@@ -168,12 +174,20 @@ func TestSemaphoreTryAcquireTakesAFreePermitAndRefusesWhenAllAreHeld(t *testing.
 		second, err := s.TryAcquire(ctx)
 		require.NoError(t, err)
 		assert.NotEqual(t, first.Key(), second.Key(), "two permits")
-		_, err = semaphoreOf(t, b.locker(t, p.opt), "sem", 2).TryAcquire(ctx)
+		client := b.client(t)
+		other := semaphoreOf(t, b.lockerOn(t, client, p.opt), "sem", 2)
+		sent := record(client)
+		_, err = other.TryAcquire(ctx)
 		require.ErrorIs(t, err, ErrNotAcquired)
+		assert.Equal(t, "SETNX GET MGET", sent.names(), "the count and the look, one pipeline; no attempt")
+
 		require.NoError(t, first.Release(ctx))
-		again, err := s.TryAcquire(ctx)
+		sent.reset()
+		again, err := other.TryAcquire(ctx)
 		require.NoError(t, err, "the released permit is free")
 		assert.Equal(t, first.Key(), again.Key())
+		assert.True(t, strings.HasPrefix(sent.names(), "SETNX GET MGET "), "then an attempt: %s", sent.names())
+		assert.Equal(t, []string{"MGET"}, sent.mentioning(second.Key()), "the held permit is looked at, not tried")
 		require.NoError(t, again.Release(ctx))
 		require.NoError(t, second.Release(ctx))
 	})

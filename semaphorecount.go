@@ -20,28 +20,60 @@ import (
 // recorded one is this client's; otherwise ErrPermitsMismatch, and nothing
 // is written but the record of a count that was missing.
 func (s *Semaphore) agree(ctx context.Context) (int, error) {
-	n := s.Permits()
+	n, _, err := s.agreeAndLook(ctx, false)
+	return n, err
+}
+
+// agreeAndLook is agree and, when look is set, in the same round trip a
+// look at the permits (MGET, a command as old as GET): held[i] says that
+// permit i held a lease that was live by the Locker's clock (judge's
+// rule), so that an attempt on it would only be refused. A single pass
+// then tries only the others, and a pass that finds every permit held
+// costs this one round trip, not one per permit. The look decides nothing
+// about holding: a permit it calls free is tried as ever, and a key that
+// holds something else (H7: not a string, or not a lock value) is not
+// called held, so that its attempt reports it. held is nil when the look
+// failed or was not asked for: then every permit is tried.
+func (s *Semaphore) agreeAndLook(ctx context.Context, look bool) (n int, held []bool, err error) {
+	n = s.Permits()
 	key := PermitsKey(s.name)
 	var get *redis.StringCmd
-	_, err := s.locker.client.Pipelined(ctx, func(pipe redis.Pipeliner) error {
+	var values *redis.SliceCmd
+	_, err = s.locker.client.Pipelined(ctx, func(pipe redis.Pipeliner) error {
 		_ = pipe.Process(ctx, redis.NewIntCmd(ctx, "setnx", key, n)) // the classic command: records the count only where none is
 		get = pipe.Get(ctx, key)
+		if look {
+			keys := make([]string, n)
+			for i := range keys {
+				keys[i] = s.permitKey(i)
+			}
+			values = pipe.MGet(ctx, keys...)
+		}
 		return nil
 	})
 	if isWrongType(get.Err()) {
-		return 0, fmt.Errorf("%w: semaphore %q: its count at %s is not a string; left untouched", ErrNotLockValue, s.name, key)
+		return 0, nil, fmt.Errorf("%w: semaphore %q: its count at %s is not a string; left untouched", ErrNotLockValue, s.name, key)
 	}
 	if err != nil && get.Err() != nil {
-		return 0, fmt.Errorf("setnxlock: semaphore %q: reading its count at %s: %w", s.name, key, err)
+		return 0, nil, fmt.Errorf("setnxlock: semaphore %q: reading its count at %s: %w", s.name, key, err)
 	}
 	recorded, err := parseCount(get.Val())
 	if err != nil {
-		return 0, fmt.Errorf("%w: semaphore %q: its count at %s is %q, not a number of permits", ErrNotLockValue, s.name, key, get.Val())
+		return 0, nil, fmt.Errorf("%w: semaphore %q: its count at %s is %q, not a number of permits", ErrNotLockValue, s.name, key, get.Val())
 	}
 	if recorded != n {
-		return 0, fmt.Errorf("%w: semaphore %q has %d permits recorded at %s, this client asks for %d", ErrPermitsMismatch, s.name, recorded, key, n)
+		return 0, nil, fmt.Errorf("%w: semaphore %q has %d permits recorded at %s, this client asks for %d", ErrPermitsMismatch, s.name, recorded, key, n)
 	}
-	return n, nil
+	if values == nil || values.Err() != nil || len(values.Val()) != n {
+		return n, nil, nil
+	}
+	now := s.locker.cfg.clock.Now()
+	held = make([]bool, n)
+	for i, v := range values.Val() {
+		value, isString := v.(string)
+		held[i] = isString && s.locker.liveLease(value, now)
+	}
+	return n, held, nil
 }
 
 // parseCount reads a recorded count: a positive decimal integer.
