@@ -29,20 +29,14 @@ func (p commandPath) claim(ctx context.Context, key string, ours stamp) (claimOu
 	if c, sent, err := p.l.claimBySetGet(ctx, key, ours); sent {
 		return c, err
 	}
-	return p.l.claimBySetNX(ctx, key, ours)
-}
-
-// claimBySetNX is the page's first step in two commands: SETNX (or SET NX
-// PX) and, when the key exists, GET.
-func (l *Locker) claimBySetNX(ctx context.Context, key string, ours stamp) (claimOutcome, error) {
-	created, token, err := l.setnx(ctx, key, ours)
+	created, token, err := p.l.setnx(ctx, key, ours)
 	if err != nil {
 		return claimOutcome{}, fmt.Errorf("setnxlock: SETNX %q: %w", key, err)
 	}
 	if created {
 		return claimOutcome{created: true, fencingToken: token}, nil
 	}
-	current, found, err := l.get(ctx, key)
+	current, found, err := p.l.get(ctx, key)
 	if err != nil {
 		return claimOutcome{}, fmt.Errorf("setnxlock: GET %q: %w", key, err)
 	}

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"reflect"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -25,10 +24,6 @@ type Locker struct {
 	single  bool         // the client is one server's (*redis.Client): the queue's PUBLISH counts are its own
 	handoff handoffs     // the Locker's subscription to keys handed to it (handoff.go)
 	args    lockerArgs   // arguments its options fix, boxed once (scriptcall.go)
-	// lastWon: the Locker's last unqueued first step won its key, so the
-	// next is sent without GET (setget.go). A hint about cost only: either
-	// form is the page's first step.
-	lastWon atomic.Bool
 
 	election electionLocker // the Locker elections run on, made on first use (election.go)
 

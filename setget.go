@@ -21,31 +21,15 @@ import (
 // copy that the server applied; the resend answers our own value, which
 // recognise takes for ours.
 
-// Which form goes first is the Locker's guess from its last such step.
-// SET NX PX GET answers nil on a win, and go-redis checks every nil reply
-// against its retryable errors (about 20 allocations per call); SET NX PX
-// without GET answers OK on a win, but a refusal then needs the page's
-// GET, a round trip more. So a Locker whose last unqueued first step won
-// sends SET NX PX and, when it is refused, GET; any other (a new one, or
-// one whose last step found the key held) sends SET NX PX GET. Both are
-// the page's first step: the guess moves only the cost.
-
-// claimBySetGet sends SET key <ours> NX PX <net> GET while the Locker may,
-// or, when its last unqueued first step won, SET NX PX and, if the key
-// exists, GET (claimBySetNX). sent is false when it did not send it, or
-// the server refused SET NX PX GET (a syntax error before Redis 7.0, an
-// unknown option on a proxy): the capability is then off for good and the
-// caller takes its usual way at once, since a refused command did not
-// run. A reply of WRONGTYPE is H7: the key, not a string, is left
-// untouched.
+// claimBySetGet sends SET key <ours> NX PX <net> GET while the Locker may.
+// sent is false when it did not send it, or the server refused it (a
+// syntax error before Redis 7.0, an unknown option on a proxy): the
+// capability is then off for good and the caller takes its usual way at
+// once, since a refused command did not run. A reply of WRONGTYPE is H7:
+// the key, not a string, is left untouched.
 func (l *Locker) claimBySetGet(ctx context.Context, key string, ours stamp) (c claimOutcome, sent bool, err error) {
 	if l.cfg.fencing || !l.caps.allows(capSetGet) {
 		return claimOutcome{}, false, nil
-	}
-	defer func() { l.lastWon.Store(sent && c.created) }()
-	if l.lastWon.Load() && l.caps.allows(capSetNXPX) {
-		c, err = l.claimBySetNX(ctx, key, ours)
-		return c, true, err
 	}
 	cmd := redis.NewStringCmd(ctx, "set", key, ours.value, "nx", "px", l.netArg(ours.length()), "get")
 	_ = l.client.Process(ctx, cmd)

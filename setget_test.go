@@ -2,7 +2,6 @@ package setnxlock
 
 import (
 	"context"
-	"strings"
 	"testing"
 	"time"
 
@@ -32,12 +31,10 @@ func (refuseSetGet) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 	return next
 }
 
-// An unqueued attempt's first step is the page's SETNX and GET in one
-// command or two, on the scripts and the commands alike, with the safety
-// net (H6) either way: SET NX PX GET, which answers the holder's value
-// with a refusal, except while the Locker's last such step won: then SET
-// NX PX, and a GET after it only when the key exists (setget.go).
-func TestAnUnqueuedAttemptSendsSetWithoutGetAfterAWin(t *testing.T) {
+// An unqueued attempt's first step is one command, SET NX PX GET, on the
+// scripts and the commands alike: it creates the key with its safety net
+// (H6), or answers the holder's value.
+func TestAnUnqueuedAttemptIsOneSetNXPXGet(t *testing.T) {
 	onEachPath(t, func(t *testing.T, b *backend, p lockPath) {
 		if p.name == "classic" {
 			t.Skip("the classic page: SETNX")
@@ -47,57 +44,16 @@ func TestAnUnqueuedAttemptSendsSetWithoutGetAfterAWin(t *testing.T) {
 		sent := record(client)
 		lock, err := l.TryAcquire(ctx, "lock.k")
 		require.NoError(t, err)
-		assert.Equal(t, "SET+GET", sent.forms(), "a new Locker")
-		assert.Equal(t, 15*time.Second, b.raw.PTTL(ctx, "lock.k").Val().Round(time.Second), "lease + grace")
-		require.NoError(t, lock.Release(ctx))
-		sent.reset()
-		lock, err = l.TryAcquire(ctx, "lock.k")
-		require.NoError(t, err)
-		assert.Equal(t, "SET", sent.forms(), "after a win")
+		assert.Equal(t, "SET", sent.names())
 		assert.Equal(t, 15*time.Second, b.raw.PTTL(ctx, "lock.k").Val().Round(time.Second), "lease + grace")
 
-		other := b.lockerOn(t, client, p.opt)
 		sent.reset()
-		_, err = other.TryAcquire(ctx, "lock.k")
+		_, err = b.lockerOn(t, client, p.opt).TryAcquire(ctx, "lock.k")
 		require.ErrorIs(t, err, ErrNotAcquired)
-		assert.Equal(t, "SET+GET", sent.forms(), "the holder's value came with the refusal")
-		assert.Equal(t, lock.value, b.value(t, "lock.k"), "a held key is left untouched")
-
-		sent.reset()
-		_, err = l.TryAcquire(ctx, "lock.k") // its last step won: SET NX PX
-		require.ErrorIs(t, err, ErrNotAcquired)
-		assert.Equal(t, "SET GET", sent.forms(), "refused, then the page's GET")
-		sent.reset()
-		_, err = l.TryAcquire(ctx, "lock.k")
-		require.ErrorIs(t, err, ErrNotAcquired)
-		assert.Equal(t, "SET+GET", sent.forms(), "after a refusal, the holder's value with it")
+		assert.Equal(t, "SET", sent.names(), "the holder's value came with the refusal")
 		assert.Equal(t, lock.value, b.value(t, "lock.k"), "a held key is left untouched")
 		require.NoError(t, lock.Release(ctx))
 	})
-}
-
-// forms is names, with a SET that carries GET written SET+GET.
-func (r *recorder) forms() string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	forms := make([]string, len(r.cmds))
-	for i, name := range r.cmds {
-		forms[i] = name
-		if args := r.args[i]; name == "SET" && args[len(args)-1] == "get" {
-			forms[i] = "SET+GET"
-		}
-	}
-	return strings.Join(forms, " ")
-}
-
-// winOnce has l's unqueued first step win key, then releases it, so that
-// l's next first step is sent as SET NX PX, without GET (setget.go).
-func winOnce(t *testing.T, l *Locker, key string) {
-	t.Helper()
-	lock, err := l.TryAcquire(ctx, key)
-	require.NoError(t, err)
-	require.True(t, l.lastWon.Load(), "the Locker now expects the key free")
-	require.NoError(t, lock.Release(ctx))
 }
 
 // A server that refuses SET NX PX GET (before Redis 7.0, or a proxy) turns
@@ -131,36 +87,30 @@ func TestARefusedSetGetFallsBackInTheSameAttempt(t *testing.T) {
 	})
 }
 
-// H5: go-redis resends the first step (SET NX PX GET, or SET NX PX
-// before a GET) whose first copy the server applied and whose reply was
-// lost; the copy answers our own value, or the GET reads it, and the
-// attempt recognises it as its win.
+// H5: go-redis resends SET NX PX GET whose first copy the server applied
+// and whose reply was lost; the copy answers our own value, which the
+// attempt recognises as its win.
 func TestAResentSetGetRecognisesItsOwnValue(t *testing.T) {
 	onEachPath(t, func(t *testing.T, b *backend, p lockPath) {
 		if p.name == "classic" {
 			t.Skip("the classic page never sends it")
 		}
-		for _, afterAWin := range []bool{false, true} {
-			client := b.client(t)
-			l := b.lockerOn(t, client, p.opt)
-			if afterAWin {
-				winOnce(t, l, "lock.k") // so that it sends SET NX PX, then GET
+		client := b.client(t)
+		resent := false
+		hookCommand(client, "set", func(send func() error) error {
+			if err := send(); resent || err != nil && err != redis.Nil {
+				return err
 			}
-			resent := false
-			hookCommand(client, "set", func(send func() error) error {
-				if err := send(); resent || err != nil && err != redis.Nil {
-					return err
-				}
-				resent = true
-				return send() // the first reply was lost: go-redis sends it again
-			})
-			lock, err := l.TryAcquire(ctx, "lock.k")
-			require.NoError(t, err, "our own value, recognised (after a win: %v)", afterAWin)
-			require.True(t, resent, "the schedule: the command was resent")
-			assert.Equal(t, lock.value, b.value(t, "lock.k"))
-			assert.Positive(t, b.raw.PTTL(ctx, "lock.k").Val(), "the safety net (H6)")
-			require.NoError(t, lock.Release(ctx))
-			assert.Equal(t, "<missing>", b.value(t, "lock.k"))
-		}
+			resent = true
+			return send() // the first reply was lost: go-redis sends it again
+		})
+		l := b.lockerOn(t, client, p.opt)
+		lock, err := l.TryAcquire(ctx, "lock.k")
+		require.NoError(t, err, "our own value, recognised")
+		require.True(t, resent, "the schedule: the command was resent")
+		assert.Equal(t, lock.value, b.value(t, "lock.k"))
+		assert.Positive(t, b.raw.PTTL(ctx, "lock.k").Val(), "the safety net (H6)")
+		require.NoError(t, lock.Release(ctx))
+		assert.Equal(t, "<missing>", b.value(t, "lock.k"))
 	})
 }
