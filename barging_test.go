@@ -184,6 +184,11 @@ func TestAWokenWaiterThatLeavesWakesTheNextInLine(t *testing.T) {
 		holder, first, _ := heldWithAStalledWaiter(t, b, p.opt)
 		next := stalledWaiter(t, b, "lock.k", p.opt)
 		entries := b.queued(t, "lock.k", 2)
+		// The next waiter's own polls (announcedPoll, on real time) must not
+		// take the key the release leaves free before the first one's leave
+		// wakes it: under load that wait can outlast a poll. Its next attempt
+		// waits at the gate until the test has heard the wake-up.
+		next.stall.armed.Store(true)
 		firstHeard, nextHeard := listenTo(t, b, first.l), listenTo(t, b, next.l)
 
 		require.NoError(t, holder.Release(ctx))
@@ -195,6 +200,7 @@ func TestAWokenWaiterThatLeavesWakesTheNextInLine(t *testing.T) {
 
 		msg := await.Recv(t, nextHeard, "the next in line woken by the first one's leave")
 		assert.Equal(t, entryToken(entries[1])+"::lock.k", msg.Payload, "a wake-up: no provisional end")
+		next.stall.pass()
 		lock := await.Recv(t, next.acquired, "the next waiter's Acquire")
 		require.NoError(t, lock.Release(ctx))
 	})
