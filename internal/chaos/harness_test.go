@@ -14,13 +14,30 @@ import (
 // assert what the checker found, never how long anything took; recovery
 // times are logged.
 
+// A short run's target, and the real time it may take: a bound for a
+// stuck run, not an expectation.
+const (
+	shortAcquisitions = 400
+	shortBound        = 60 * time.Second
+)
+
+// withTarget sets a run's target to n acquisitions and gives it as much
+// real time per acquisition as shortConfig's run: a bound of shortBound for
+// n acquisitions would be an expectation of speed, which a loaded machine
+// misses (the rwlock run's 800 reached 776 and 786 in 60s beside two and
+// four busy loops, its checkers having caught the broken owner check).
+func withTarget(cfg *Config, n int) {
+	cfg.Acquisitions = n
+	cfg.Duration = max(shortBound, shortBound*time.Duration(n)/shortAcquisitions)
+}
+
 // shortConfig is DefaultConfig of a mode scaled down to a few seconds,
 // with faults frequent enough that every kind happens.
 func shortConfig(t *testing.T, mode, clientBinary string) Config {
 	cfg := DefaultConfig(mode)
 	cfg.Seed = 7
-	cfg.Acquisitions = 400
-	cfg.Duration = 60 * time.Second // a bound for a stuck run, not an expectation
+	cfg.Acquisitions = shortAcquisitions
+	cfg.Duration = shortBound
 	cfg.Goroutines, cfg.Procs, cfg.Loops, cfg.Keys = 3, 2, 2, 3
 	cfg.KillRate, cfg.PauseRate, cfg.CrashRate, cfg.StallRate = 0.03, 0.01, 0.01, 0.005
 	cfg.GrantPauseRate, cfg.ReleaseKillRate = 0.01, 0.01
@@ -125,7 +142,7 @@ func TestBrokenAssumptionsAreCaughtByEveryChecker(t *testing.T) {
 			// The owner-check runs' clients are built with -tags
 			// setnxlock_no_owner_check: the library's owner check off.
 			cfg := shortConfig(t, tc.mode, buildClient(t, tc.tags))
-			cfg.Acquisitions = tc.acquisitions
+			withTarget(&cfg, tc.acquisitions)
 			require.NoError(t, cfg.Break(tc.assumption))
 			require.Equal(t, tc.tags, cfg.ClientTags)
 			res := run(t, cfg)
