@@ -86,6 +86,7 @@ type handStep struct {
 	provisional string        // the value written for head, when handed
 	end         string        // the end provisional states, as written (provisionalEnd)
 	net         time.Duration // provisional's server expiry (provisionalNet)
+	waiters     string        // the key's queue (waitersOf)
 	heard       *redis.IntCmd
 	written     bool
 	listeners   bool // earlier steps took listeners off the queue (protocol.go): wake them
@@ -102,7 +103,7 @@ func (s *handStep) unheard() bool { return s.written && s.heard != nil && s.hear
 // hears of it only when the queue held anyone, a listener included: an
 // uncontended release publishes nothing nobody hears.
 func (s *handStep) writeTo(ctx context.Context, pipe redis.Pipeliner, key string) {
-	waiters := waitersKey(key)
+	waiters := s.waiters
 	if s.malformed != "" {
 		pipe.ZRem(ctx, waiters, s.malformed)
 		return
@@ -130,7 +131,7 @@ func (s *handStep) writeTo(ctx context.Context, pipe redis.Pipeliner, key string
 // queue with GET and the head of the queue, then, if owned, the step. A
 // wake-up nobody heard takes that entry off the queue and wakes the next.
 func (q commandQueue) handOnce(ctx context.Context, key string, owned func(string) bool, barge time.Duration, listeners bool) (handStep, error) {
-	waiters := waitersKey(key)
+	waiters := q.l.waitersOf(key)
 	var head *redis.ZSliceCmd
 	var step handStep
 	written, err := q.l.watchedWrite(ctx, key, watched{
@@ -143,7 +144,7 @@ func (q commandQueue) handOnce(ctx context.Context, key string, owned func(strin
 				return err
 			}
 			now := q.l.cfg.clock.Now()
-			step = handStep{head: h, malformed: malformed, listeners: listeners}
+			step = handStep{head: h, malformed: malformed, waiters: waiters, listeners: listeners}
 			step.handed = h != nil && (barge == 0 || now.Sub(h.since) >= barge) // 0: whatever the clocks
 			if step.handed {
 				step.provisional = provisionalValue(now, h.token)
@@ -196,7 +197,7 @@ func readHead(cmd *redis.ZSliceCmd) (head *headOf, malformed string, err error) 
 // wakeHead wakes the first waiter in key's queue, when the key is free and
 // nobody else will: after a wake-up nobody heard, or a leave.
 func (q commandQueue) wakeHead(ctx context.Context, key string) {
-	zs, err := q.l.client.ZRange(ctx, waitersKey(key), 0, 0).Result()
+	zs, err := q.l.client.ZRange(ctx, q.l.waitersOf(key), 0, 0).Result()
 	if err != nil || len(zs) == 0 {
 		return
 	}

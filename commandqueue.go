@@ -32,7 +32,7 @@ func (q commandQueue) enqueueOrClaim(ctx context.Context, key string, ours stamp
 	if created {
 		return claimOutcome{created: true}, nil // grantWin takes the entry off the queue
 	}
-	waiters := waitersKey(key)
+	waiters := q.l.waitersOf(key)
 	var get *redis.StringCmd
 	var place *redis.FloatCmd
 	var last *redis.ZSliceCmd
@@ -75,7 +75,7 @@ func (q commandQueue) enqueueOrClaim(ctx context.Context, key string, ours stamp
 // lifetime) found it has none; a re-polling waiter keeps its place.
 func (q commandQueue) enqueue(ctx context.Context, entry *queueEntry, ours stamp, place *redis.FloatCmd, last *redis.ZSliceCmd, ttl *redis.DurationCmd) error {
 	l := q.l
-	waiters := waitersKey(entry.key)
+	waiters := q.l.waitersOf(entry.key)
 	net := l.safetyNet(ours.length())
 	err := place.Err()
 	if err == nil {
@@ -133,7 +133,7 @@ func (q commandQueue) claim(ctx context.Context, key string, ours stamp, entry *
 	claimed, err := q.l.compareAndWrite(ctx, key, claimable, func(pipe redis.Pipeliner) {
 		pipe.Set(ctx, key, ours.value, 0)
 		pipe.PExpire(ctx, key, net)
-		pipe.ZRem(ctx, waitersKey(key), entry.member)
+		pipe.ZRem(ctx, q.l.waitersOf(key), entry.member)
 	})
 	if claimed {
 		found = ""
@@ -158,7 +158,7 @@ func (q commandQueue) handOn(ctx context.Context, k *Lock) (bool, error) {
 // be first in line: a value carrying its token is deleted, not handed on.
 func (q commandQueue) leave(ctx context.Context, entry *queueEntry) error {
 	l := q.l
-	if err := l.client.ZRem(ctx, waitersKey(entry.key), entry.member).Err(); err != nil {
+	if err := l.client.ZRem(ctx, l.waitersOf(entry.key), entry.member).Err(); err != nil {
 		_, deleteErr := l.deleteOwned(ctx, entry.key, entry.carries)
 		return errors.Join(fmt.Errorf("setnxlock: leave the queue of %q: %w", entry.key, err), deleteErr)
 	}

@@ -106,9 +106,10 @@
 // ordinary Lock: at most one lease per permit key, so at most N holders
 // while every client agrees on N, which the first acquisition records in
 // Redis and every acquisition checks (semaphorecount.go); a waiting
-// Acquire waits on every permit at once, as Acquire waits on a key, and
-// keeps the first it gets. semaphorestatus.go reads its holders and
-// waiters.
+// Acquire stands once in the semaphore's one queue, which every permit's
+// release hands on to (semwait.go; on a Locker that does not queue it
+// waits on every permit at once, as Acquire waits on a key, and keeps
+// the first it gets). semaphorestatus.go reads its holders and waiters.
 //
 // Several keys at once (acquiremany.go: TryAcquireMany) are one Lock on
 // all of them or none: one watched transaction writes one value, one lease

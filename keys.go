@@ -49,6 +49,25 @@ func hasHashTag(key string) bool { return len(hashTag(key)) < len(key) }
 // waitersKey names the queue of waiters for key, in key's Cluster slot.
 func waitersKey(key string) string { return sameSlotKey(key, waitersSuffix) }
 
+// waitersOf names the queue of waiters for key as this Locker's waits and
+// releases use it: waitersKey(key), or for a permit of a semaphore this
+// Locker queues on, the semaphore's one queue (semwait.go), shared by all
+// its permits, so that a release of any permit hands it to the
+// semaphore's first waiter.
+func (l *Locker) waitersOf(key string) string {
+	if queue, ok := l.permitQueues.Load(key); ok {
+		return queue.(string)
+	}
+	return waitersKey(key)
+}
+
+// sharesQueue reports whether key is a permit whose queue is its
+// semaphore's one queue (waitersOf).
+func (l *Locker) sharesQueue(key string) bool {
+	_, ok := l.permitQueues.Load(key)
+	return ok
+}
+
 // waitersSuffix ends the name of a key's queue (waitersKey).
 const waitersSuffix = ".waiters"
 

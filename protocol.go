@@ -69,6 +69,10 @@ import (
 //     A leave that fails is remembered by the Locker's subscription, which
 //     declines a handoff to that entry later (handoff.go).
 //
+// A semaphore's permits share one queue (Locker.waitersOf, semwait.go):
+// the steps are the same, on the permit released or attempted, and the
+// payload names the permit handed.
+//
 // The scores are the waiters' clocks: with clocks apart, two waiters
 // arriving within the skew of each other may be served in either order.
 
@@ -226,6 +230,16 @@ func (l *Locker) newQueueEntry(key string) *queueEntry { return l.queueEntryOf(k
 // token: an attempt knows its wait by the token alone (stamp.queuedWait).
 func (l *Locker) queueEntryOf(key, token string) *queueEntry {
 	return &queueEntry{key: key, token: token, member: formatEntry(l.handoff.id, token)}
+}
+
+// at is the same entry seen from key, another key of its queue: a
+// semaphore's entry is in the one queue of all its permits (semwait.go),
+// and is left, or declined, permit by permit.
+func (e *queueEntry) at(key string) *queueEntry {
+	if e.key == key {
+		return e
+	}
+	return &queueEntry{key: key, token: e.token, member: e.member}
 }
 
 // carries reports whether a value was written for this wait; nothing was

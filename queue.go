@@ -47,7 +47,7 @@ func (l *Locker) claimOn(ctx context.Context, p path, key string, ours stamp) (c
 // hand that lease on. A handoff to the stale entry later is dropped
 // (route), and costs the claim window.
 func (l *Locker) dequeue(ctx context.Context, c redis.Cmdable, key, queuedWait string) {
-	_ = c.ZRem(ctx, waitersKey(key), l.queueEntryOf(key, queuedWait).member).Err()
+	_ = c.ZRem(ctx, l.waitersOf(key), l.queueEntryOf(key, queuedWait).member).Err()
 }
 
 // leaveOnce is one try of the protocol's leave on the Locker's path: it

@@ -14,6 +14,7 @@ import (
 // by the Locker's clock, from which the waiter bounds a provisional hold
 // (heard.go).
 type handoffNote struct {
+	key     string // the key handed, or left free
 	end     string
 	heardAt time.Time
 }
@@ -48,6 +49,11 @@ func notify(signal chan handoffNote, note handoffNote) {
 type abandonedEntry struct {
 	entry *queueEntry
 	until time.Time
+	// A semaphore's wait that won a permit (semwait.go): its entry may
+	// have been handed other permits, each of them declined until the
+	// mark expires, but never held, the permit it keeps, whose value
+	// carries the entry's token too (one owner per value).
+	held string
 }
 
 // route wakes the wait whose entry's token a handoff names
@@ -60,31 +66,39 @@ func (h *handoffs) route(l *Locker, payload string) {
 	if !ok {
 		return
 	}
-	note := handoffNote{end: end, heardAt: l.cfg.clock.Now()}
+	note := handoffNote{key: key, end: end, heardAt: l.cfg.clock.Now()}
 	h.mu.Lock()
 	signal := h.expected[token]
 	gone, isAbandoned := h.abandoned[token]
-	if isAbandoned {
-		delete(h.abandoned, token)
+	shared := isAbandoned && l.sharesQueue(gone.entry.key)
+	if isAbandoned && !shared {
+		delete(h.abandoned, token) // a lock's entry is handed at most once more
 	}
 	h.mu.Unlock()
 	switch {
 	case signal != nil:
 		notify(signal, note)
-	case isAbandoned && gone.entry.key == key:
+	case isAbandoned && key != gone.held && (key == gone.entry.key || shared && l.waitersOf(key) == l.waitersOf(gone.entry.key)):
 		// Declined: handed on in the background, so that the handoffs to
 		// this Locker's other waits are not held up behind its round
 		// trips (each bounded by leaveTimeout). It may race the wait's own
 		// leave: each hands on only a value carrying the entry's token,
-		// atomically, so the second finds nothing to do.
-		go l.leaveOnce(context.Background(), gone.entry)
+		// atomically, so the second finds nothing to do. A semaphore's
+		// entry may be handed any of its permits, and more than one
+		// (semwait.go): each is declined, but never the one it holds.
+		go l.leaveOnce(context.Background(), gone.entry.at(key))
 	}
 }
 
 // expect registers the token of a wait's entry before the entry is pushed,
 // so that no handoff to it goes unheard; forget ends that.
-func (h *handoffs) expect(token string) <-chan handoffNote {
-	signal := make(chan handoffNote, 1)
+func (h *handoffs) expect(token string) <-chan handoffNote { return h.expectMany(token, 1) }
+
+// expectMany is expect for an entry that may be handed up to n keys (a
+// semaphore's, semwait.go): up to n notes wait, so that no handoff
+// replaces another.
+func (h *handoffs) expectMany(token string, n int) <-chan handoffNote {
+	signal := make(chan handoffNote, n)
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.expected == nil {
@@ -105,6 +119,15 @@ func (h *handoffs) forget(token string) {
 // signal. Expired entries are swept at most once every leaveTimeout, so
 // that many waits ending at once cost no more than their own entries.
 func (h *handoffs) abandon(entry *queueEntry, now, until time.Time) {
+	h.abandonHolding(entry, "", now, until)
+}
+
+// abandonHolding is abandon for a wait that holds the key held (a
+// semaphore's permit, semwait.go), or none (""): a handoff of held to the
+// entry is never declined, since the wait's own lease carries the entry's
+// token too (one owner per value). Once set, held stays with the token:
+// a later abandon of the same entry (a decline that failed) keeps it.
+func (h *handoffs) abandonHolding(entry *queueEntry, held string, now, until time.Time) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	delete(h.expected, entry.token)
@@ -119,7 +142,13 @@ func (h *handoffs) abandon(entry *queueEntry, now, until time.Time) {
 		}
 		h.nextSweep = now.Add(leaveTimeout)
 	}
-	if a, ok := h.abandoned[entry.token]; !ok || a.until.Before(until) {
-		h.abandoned[entry.token] = abandonedEntry{entry: entry, until: until}
+	a, ok := h.abandoned[entry.token]
+	if ok && a.held != "" {
+		held = a.held
 	}
+	if !ok || a.until.Before(until) {
+		a.entry, a.until = entry, until
+	}
+	a.held = held
+	h.abandoned[entry.token] = a
 }

@@ -23,7 +23,7 @@ const (
 // carries the entry's token, or a place in the queue.
 func (q scriptQueue) enqueueOrClaim(ctx context.Context, key string, ours stamp, entry *queueEntry) (claimOutcome, error) {
 	l := q.l
-	keys := []string{key, waitersKey(key)}
+	keys := []string{key, l.waitersOf(key)}
 	now := l.cfg.clock.Now().UnixMicro() // our arrival, if we are new to the queue
 	reply, err := queuedScript.Run(ctx, l.client, keys, ours.value, l.safetyNet(ours.length()).Milliseconds(), entry.member, entry.token, now,
 		statedEnd(ours).UnixMilli()).Slice()
@@ -55,7 +55,7 @@ func (q scriptQueue) enqueueOrClaim(ctx context.Context, key string, ours stamp,
 // claim runs claim.lua: the claim of a handoff heard, and nothing else.
 func (q scriptQueue) claim(ctx context.Context, key string, ours stamp, entry *queueEntry) (bool, string, error) {
 	l := q.l
-	reply, err := claimScript.Run(ctx, l.client, []string{key, waitersKey(key)}, ours.value, l.safetyNet(ours.length()).Milliseconds(),
+	reply, err := claimScript.Run(ctx, l.client, []string{key, l.waitersOf(key)}, ours.value, l.safetyNet(ours.length()).Milliseconds(),
 		entry.member, entry.token, statedEnd(ours).UnixMilli()).Slice()
 	if err != nil {
 		return false, "", failedOn(key, err)
@@ -91,7 +91,7 @@ func (q scriptQueue) leave(ctx context.Context, entry *queueEntry) error {
 		}
 		now := l.cfg.clock.Now()
 		args := append(l.appendProtocolArgs(make([]any, 0, 8), now), entry.member, entry.token, channel, now.UnixMicro())
-		err := leaveScript.Run(ctx, l.client, []string{entry.key, waitersKey(entry.key)}, args...).Err()
+		err := leaveScript.Run(ctx, l.client, []string{entry.key, l.waitersOf(entry.key)}, args...).Err()
 		if !l.caps.narrow(capQueue, err) {
 			return err
 		}

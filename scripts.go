@@ -190,10 +190,13 @@ func (l *Locker) runRelease(ctx context.Context, k *Lock, marking, handing bool)
 	switch pubSub := l.caps.allows(capPubSub); {
 	case pubSub && handing:
 		channel, waiters = wakeChannelAndWaiters(k.key)
+		if shared, ok := l.permitQueues.Load(k.key); ok {
+			waiters = shared.(string) // a permit of a semaphore's one queue (waitersOf)
+		}
 	case pubSub:
 		channel = WakeChannel(k.key)
 	case handing:
-		waiters = waitersKey(k.key)
+		waiters = l.waitersOf(k.key)
 	}
 	if marking {
 		markFor = max(k.lease.ends().Sub(now).Milliseconds(), 0) // the rest of the lease: a resend later finds it over anyway

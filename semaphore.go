@@ -16,13 +16,13 @@ import (
 // hold permits while every client agrees on N; the count is recorded at
 // PermitsKey(name) and checked before every acquisition (semaphorecount.go).
 //
-// Waiting is the lock's waiting, on every permit at once: an Acquire that
-// finds every permit held waits on each permit key as Locker.Acquire does
-// (queued, woken or polling), keeps the first permit it gets and gives up
-// the others, which hands each on to the next in its line. Each permit's
-// queue is arrival-ordered and every waiter stands in each of them, so a
-// permit goes to the longest waiter that has none yet: waiters are served
-// in arrival order, up to the jitter of their entries' scores.
+// Waiting is the lock's waiting. Where the Locker queues, every permit
+// names the semaphore's one queue, and an Acquire that finds every permit
+// held stands in it once: the release of any permit hands that permit to
+// the first in line (semwait.go), so waiters are served in arrival order.
+// Where it does not queue (fencing, Cluster, the queue refused), it waits
+// on each permit key as Locker.Acquire does (woken or polling), keeps the
+// first permit it gets and gives up the others (waitEach).
 
 // Semaphore is a counting semaphore of permits shared by every Locker on
 // the same Redis, made by Locker.Semaphore. Its methods are safe for
@@ -82,6 +82,9 @@ func (s *Semaphore) permitKey(i int) string {
 	key := PermitKey(s.name, i)
 	if s.locker.cfg.fencing {
 		s.locker.permitFences.LoadOrStore(key, FenceKey(PermitsKey(s.name)))
+	}
+	if s.locker.queues() {
+		s.locker.permitQueues.LoadOrStore(key, s.queue()) // one queue for every permit (semwait.go)
 	}
 	return key
 }
@@ -145,11 +148,12 @@ func (s *Semaphore) notAcquired(n int, foreign []error, ctxErr error) error {
 	return err
 }
 
-// Acquire takes a permit, waiting while all are held: on every permit at
-// once, as Locker.Acquire waits on a key (queued in arrival order, woken,
-// polling; a crashed holder's permit is taken over when its lease ends;
-// transient network errors retried). It keeps the first permit it gets
-// and gives up the others it is handed meanwhile. When ctx ends first it
+// Acquire takes a permit, waiting while all are held: once in the
+// semaphore's one queue, handed the first permit released (semwait.go),
+// or, where the Locker does not queue, on every permit at once as
+// Locker.Acquire waits on a key (woken, polling), keeping the first permit
+// it gets; a crashed holder's permit is taken over when its lease ends,
+// transient network errors are retried. When ctx ends first it
 // returns an error matching both ErrNotAcquired and ctx.Err().
 // ErrPermitsMismatch: the recorded count differs from this client's, and
 // nothing was written; a wait that ends after a Resize has changed the
@@ -172,7 +176,11 @@ func (s *Semaphore) Acquire(ctx context.Context) (*Lock, error) {
 	case !errors.Is(err, ErrNotAcquired) && !retryable(err):
 		return nil, err
 	}
-	if lock, err = s.waitEach(ctx, n); err != nil {
+	lock, queued, err := s.waitInLine(ctx, n)
+	if !queued {
+		lock, err = s.waitEach(ctx, n)
+	}
+	if err != nil {
 		return nil, err
 	}
 	// The wait may have outlasted a Resize: a permit past a shrunk count
@@ -229,7 +237,8 @@ type permitWait struct {
 	err  error
 }
 
-// waitEach waits on each of n permits at once (Locker.Acquire) and returns
+// waitEach, the wait of a Locker that does not queue (waitInLine cannot),
+// waits on each of n permits at once (Locker.Acquire) and returns
 // the first it wins, as soon as it wins it: the other waits end with their
 // context, leaving their queues (which hands on what was handed to them),
 // in the background (drain), and a permit they win meanwhile is given

@@ -23,8 +23,10 @@ type SemaphoreStatus struct {
 	// Foreign are the permit keys that hold something that is not a lock
 	// value (H7): acquisitions leave them untouched and skip them.
 	Foreign []string
-	// Waiters is how many Acquire calls wait for a permit: each waits on
-	// every permit, so this is the longest of the permits' queues.
+	// Waiters is how many Acquire calls wait for a permit: the length of
+	// the semaphore's one queue (semwait.go), or, for waits that stand in
+	// every permit's own queue (a Locker that does not queue: they are
+	// listed there to be woken), the longest of those.
 	Waiters int64
 }
 
@@ -38,7 +40,14 @@ const pastCountBatch = 16
 func (s *Semaphore) Status(ctx context.Context) (SemaphoreStatus, error) {
 	status := SemaphoreStatus{Name: s.name}
 	key := PermitsKey(s.name)
-	count, err := s.locker.client.Get(ctx, key).Result()
+	var get *redis.StringCmd
+	var queued *redis.IntCmd
+	_, _ = s.locker.client.Pipelined(ctx, func(pipe redis.Pipeliner) error {
+		get, queued = pipe.Get(ctx, key), pipe.ZCard(ctx, s.queue())
+		return nil
+	})
+	status.Waiters = queued.Val() // 0 when it cannot be read: not a sorted set
+	count, err := get.Result()
 	switch {
 	case errors.Is(err, redis.Nil):
 	case isWrongType(err):

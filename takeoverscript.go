@@ -37,7 +37,7 @@ func (p scriptPath) takeOver(ctx context.Context, key, expiredValue string, ours
 	keys[0], keys[1] = key, ""
 	entry := ""
 	if ours.queuedWait != "" {
-		keys[1], entry = waitersKey(key), l.queueEntryOf(key, ours.queuedWait).member
+		keys[1], entry = l.waitersOf(key), l.queueEntryOf(key, ours.queuedWait).member
 	}
 	if l.cfg.fencing {
 		if keys[1] == "" {

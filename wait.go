@@ -148,6 +148,13 @@ func (w *waiting) holdHeard(acq *acquireCall) *Lock {
 	if w.mode != queued {
 		return nil
 	}
+	if note.handoff() && note.key != w.key {
+		// Another permit of a semaphore whose permits share one queue
+		// (semwait.go), handed to this Locker's wait on one permit key:
+		// not the key waited for, so declined, handed on at once.
+		go w.l.leaveOnce(context.Background(), w.entry.at(note.key))
+		return nil
+	}
 	return w.l.holdHeard(w.key, w.entry, note, acq)
 }
 

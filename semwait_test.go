@@ -1,0 +1,130 @@
+package setnxlock
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/setnxlock/setnxlock/internal/await"
+)
+
+// A semaphore's waits stand in its one queue (semwait.go): one entry each,
+// whichever permit is released next is handed to the first of them, and a
+// wait handed a second permit keeps the first and hands the second on,
+// never the one it holds (one owner per value).
+
+// semaphoreWaiter starts s.Acquire(ctx) and returns where its permit, or
+// its failure, arrives.
+func semaphoreWaiter(t *testing.T, ctx context.Context, s *Semaphore) <-chan *Lock {
+	got := make(chan *Lock, 1)
+	go func() {
+		lock, err := s.Acquire(ctx)
+		assert.NoError(t, err, "the waiter's Acquire")
+		got <- lock
+	}()
+	return got
+}
+
+// lineOf waits until the semaphore's one queue holds n entries, and
+// returns them, first in line first.
+func lineOf(t *testing.T, b *backend, name string, n int) []redis.Z {
+	t.Helper()
+	var line []redis.Z
+	require.Eventually(t, func() bool {
+		line = b.raw.ZRangeWithScores(context.Background(), waitersKey(PermitsKey(name)), 0, -1).Val()
+		return len(line) == n
+	}, await.Timeout, time.Millisecond, "%d waits in the semaphore's queue", n)
+	return line
+}
+
+// allPermitsHeld takes every one of the permits of the semaphore name
+// with a Locker whose releases hand each permit to the first in line,
+// however short its wait.
+func allPermitsHeld(t *testing.T, b *backend, p lockPath, name string, permits int) []*Lock {
+	t.Helper()
+	releaser := semaphoreOf(t, b.locker(t, p.opt, WithStarvationThreshold(0)), name, permits)
+	held := make([]*Lock, permits)
+	for i := range held {
+		lock, err := releaser.TryAcquire(ctx)
+		require.NoError(t, err)
+		held[i] = lock
+	}
+	return held
+}
+
+func TestSemaphoreWaitsStandOnceInTheSemaphoresOneQueue(t *testing.T) {
+	onEachPath(t, func(t *testing.T, b *backend, p lockPath) {
+		held := allPermitsHeld(t, b, p, "sem", 2)
+		waitCtx := await.Context(t)
+		first := semaphoreWaiter(t, waitCtx, semaphoreOf(t, b.locker(t, p.opt), "sem", 2))
+		lineOf(t, b, "sem", 1)
+		second := semaphoreWaiter(t, waitCtx, semaphoreOf(t, b.locker(t, p.opt), "sem", 2))
+		lineOf(t, b, "sem", 2)
+		for i := range 2 {
+			assert.Zero(t, b.raw.Exists(ctx, waitersKey(PermitKey("sem", i))).Val(), "no queue of permit %d's own", i)
+		}
+
+		require.NoError(t, held[1].Release(ctx))
+		lock := await.Recv(t, first, "the first waiter's permit")
+		require.NotNil(t, lock)
+		assert.Equal(t, PermitKey("sem", 1), lock.Key(), "the permit released, handed to the first in line")
+		lineOf(t, b, "sem", 1)
+		require.NoError(t, held[0].Release(ctx))
+		other := await.Recv(t, second, "the second waiter's permit")
+		require.NotNil(t, other)
+		assert.Equal(t, PermitKey("sem", 0), other.Key())
+		lineOf(t, b, "sem", 0)
+		require.NoError(t, lock.Release(ctx))
+		require.NoError(t, other.Release(ctx))
+	})
+}
+
+// A wait's entry can be handed a second permit after it holds one: a copy
+// of its queued attempt that put it in line again (H10), here pushed to
+// the head of the line by hand. Its Locker hands the second permit on to
+// the next in line at once, and never the permit the wait holds, whose
+// value carries the entry's token too: declining that would give one
+// permit two holders.
+func TestASemaphoreWaitHandedASecondPermitHandsItOnAndKeepsItsOwn(t *testing.T) {
+	onEachPath(t, func(t *testing.T, b *backend, p lockPath) {
+		held := allPermitsHeld(t, b, p, "sem", 2)
+		waitCtx := await.Context(t)
+		firstLocker := b.locker(t, p.opt)
+		first := semaphoreWaiter(t, waitCtx, semaphoreOf(t, firstLocker, "sem", 2))
+		entry := lineOf(t, b, "sem", 1)[0]
+		member := entry.Member.(string)
+		_, token, ok := parseEntry(member)
+		require.True(t, ok, "an entry: %s", member)
+		require.NoError(t, held[1].Release(ctx))
+		lock := await.Recv(t, first, "the first waiter's permit")
+		require.NotNil(t, lock)
+		require.Equal(t, PermitKey("sem", 1), lock.Key())
+		require.Eventually(t, func() bool {
+			value := b.value(t, lock.Key())
+			return tokenOf(value) == token && !strings.Contains(value, provisionalMark+string(tokenSeparator))
+		}, await.Timeout, time.Millisecond, "the first waiter's claim")
+		ours := b.value(t, lock.Key())
+
+		second := semaphoreWaiter(t, waitCtx, semaphoreOf(t, b.locker(t, p.opt), "sem", 2))
+		lineOf(t, b, "sem", 1)
+		require.NoError(t, b.raw.ZAdd(ctx, waitersKey(PermitsKey("sem")), redis.Z{Score: 0, Member: member}).Err())
+		// A stray handoff of the permit it holds, then the real handoff
+		// of the other: the Locker hears them in that order.
+		end := provisionalEnd(b.clock.Now())
+		require.NoError(t, b.raw.Publish(ctx, handoffChannel(firstLocker.handoff.id), formatPayload(token, end, PermitKey("sem", 1))).Err())
+		require.NoError(t, held[0].Release(ctx))
+
+		other := await.Recv(t, second, "the second waiter's permit, handed on by the first's Locker")
+		require.NotNil(t, other)
+		assert.Equal(t, PermitKey("sem", 0), other.Key())
+		assert.Never(t, func() bool { return b.value(t, lock.Key()) != ours }, 100*time.Millisecond, time.Millisecond,
+			"the permit the first waiter holds is never handed on")
+		require.NoError(t, lock.Release(ctx), "still the first waiter's")
+		require.NoError(t, other.Release(ctx))
+	})
+}
