@@ -74,13 +74,15 @@ func (c *Config) Break(kind string) error {
 
 // Caught names the checkers that found a violation in a run with an
 // assumption broken, and those that should have and did not: the lease
-// checker and Porcupine always; the fenced resource too when fencing
+// checker (in every mode but rwlock) and Porcupine; the fenced resource too when fencing
 // tokens start over after a restart without persistence; in a semaphore
 // run the count check too (permitsExceeded): a permit with two holders
 // while the others are held is one holder too many; in an rwlock run the
-// writer check too (writerOverlaps: a writer whose key was freed under
-// it has readers or another writer beside it), and Porcupine's model of
-// the read/write lock (under the lock's name); in a multi run the group
+// writer check (writerOverlaps: a writer whose key was freed under
+// it has readers or another writer beside it) and Porcupine's model of
+// the read/write lock (under the lock's name), which judge a reader
+// beside a writer, as TestBrokenAssumptionsAreCaughtByEveryChecker
+// expects; in a multi run the group
 // check (groupPartials), where a group took part in an overlap.
 func Caught(res *Result) (caught, missed []string) {
 	expect := []struct {
@@ -88,7 +90,13 @@ func Caught(res *Result) (caught, missed []string) {
 		found bool
 		due   bool
 	}{
-		{"lease", res.Report.Count(LeaseOverlap) > 0, true},
+		// A read/write lock's broken owner check shows as a reader beside
+		// a writer, which the writer checker and Porcupine's read/write
+		// model judge and the lease checker does not (it sees a second
+		// writer only): at 500 acquisitions a run can show nothing else
+		// (2026-11-27, seed 1: one reader entered a writer's section, and
+		// the model's verdict on it).
+		{"lease", res.Report.Count(LeaseOverlap) > 0, res.Config.rwLock() == ""},
 		{"porcupine", res.Report.Count(NotLinearizable) > 0, true},
 		{"fence", res.Report.Count(FenceInterleave)+res.Report.Count(TokenOrder) > 0,
 			res.Config.fenced() && !res.Config.Persistence},
