@@ -9,7 +9,7 @@
 // exits 1 when a mode shows none: the checkers must catch it. With
 // -broken it runs, after the modes, the runs of chaos.BrokenRuns (of the
 // mode asked for), each with an assumption broken, for
-// -broken-acquisitions each, and exits 1 unless each is caught by both
+// -broken-acquisitions each (or the run's MinAcquisitions), and exits 1 unless each is caught by both
 // checkers (and, with fencing, by the fenced resource).
 //
 //	go run ./cmd/chaos                                   # make chaos: every mode, then the broken runs
@@ -153,7 +153,7 @@ func (o options) runBroken(ctx context.Context, binary func(tags string) string)
 	for _, run := range chaos.BrokenRuns {
 		if m, b := run.Mode, run.Assumption; o.mode == "all" || o.mode == m {
 			cfg := chaos.DefaultConfig(m)
-			cfg.Seed, cfg.Acquisitions = o.seed, o.brokenAcquisitions
+			cfg.Seed, cfg.Acquisitions = o.seed, max(o.brokenAcquisitions, run.MinAcquisitions)
 			if o.duration > 0 {
 				cfg.Duration = o.duration
 			}
