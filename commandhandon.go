@@ -132,16 +132,36 @@ func (s *handStep) writeTo(ctx context.Context, pipe redis.Pipeliner, key string
 // wake-up nobody heard takes that entry off the queue and wakes the next.
 func (q commandQueue) handOnce(ctx context.Context, key string, owned func(string) bool, barge time.Duration, listeners bool) (handStep, error) {
 	waiters := q.l.waitersOf(key)
+	also := []string{waiters}
+	line, permit := q.l.permitLineOf(key)
+	if permit {
+		also = append(also, line.count) // handed on only while below the recorded count (protocol.go)
+	}
 	var head *redis.ZSliceCmd
+	var count *redis.StringCmd
 	var step handStep
 	written, err := q.l.watchedWrite(ctx, key, watched{
-		also:  []string{waiters},
-		read:  func(pipe redis.Pipeliner) { head = pipe.ZRangeWithScores(ctx, waiters, 0, 0) },
+		also: also,
+		read: func(pipe redis.Pipeliner) {
+			head = pipe.ZRangeWithScores(ctx, waiters, 0, 0)
+			if permit {
+				count = pipe.Get(ctx, line.count)
+			}
+		},
 		owned: owned,
 		write: func(pipe redis.Pipeliner) error {
 			h, malformed, err := readHead(head)
 			if err != nil {
 				return err
+			}
+			if permit {
+				past, err := pastCount(count, line.index)
+				if err != nil {
+					return err
+				}
+				if past {
+					h, malformed, listeners = nil, "", true // deleted, and its waiters woken, as handon.lua does
+				}
 			}
 			now := q.l.cfg.clock.Now()
 			step = handStep{head: h, malformed: malformed, waiters: waiters, listeners: listeners}
@@ -204,4 +224,23 @@ func (q commandQueue) wakeHead(ctx context.Context, key string) {
 	if locker, token, ok := parseEntry(zs[0]); ok {
 		_ = q.l.client.Publish(ctx, handoffChannel(locker), formatPayload(token, "", key)).Err()
 	}
+}
+
+// pastCount applies handOn's rule for a permit of a semaphore's one queue
+// (handon.lua): a permit at index is handed on only while index is below
+// the count read at the semaphore's count key. A missing count limits
+// nothing (the next acquisition records it again); one that is not a
+// count (parseCount, or a key of another type) hands nothing on.
+func pastCount(get *redis.StringCmd, index int) (bool, error) {
+	value, err := get.Result()
+	switch {
+	case errors.Is(err, redis.Nil):
+		return false, nil
+	case isWrongType(err):
+		return true, nil
+	case err != nil:
+		return false, err
+	}
+	n, err := parseCount(value)
+	return err != nil || index >= n, nil
 }

@@ -55,8 +55,8 @@ func waitersKey(key string) string { return sameSlotKey(key, waitersSuffix) }
 // its permits, so that a release of any permit hands it to the
 // semaphore's first waiter.
 func (l *Locker) waitersOf(key string) string {
-	if queue, ok := l.permitQueues.Load(key); ok {
-		return queue.(string)
+	if line, ok := l.permitLineOf(key); ok {
+		return line.queue
 	}
 	return waitersKey(key)
 }
@@ -66,6 +66,26 @@ func (l *Locker) waitersOf(key string) string {
 func (l *Locker) sharesQueue(key string) bool {
 	_, ok := l.permitQueues.Load(key)
 	return ok
+}
+
+// permitLine is what a permit of a semaphore this Locker queues on names
+// (Locker.permitQueues): the semaphore's one queue, and the count its
+// handoff is checked against, so that a permit is handed on only while its
+// index is below the recorded count (protocol.go).
+type permitLine struct {
+	queue string // waitersKey(PermitsKey(name))
+	count string // PermitsKey(name): the recorded count
+	index int    // the permit's index among the semaphore's permits
+}
+
+// permitLineOf returns key's permitLine when key is a permit of a
+// semaphore this Locker queues on (sharesQueue).
+func (l *Locker) permitLineOf(key string) (permitLine, bool) {
+	line, ok := l.permitQueues.Load(key)
+	if !ok {
+		return permitLine{}, false
+	}
+	return line.(permitLine), true
 }
 
 // waitersSuffix ends the name of a key's queue (waitersKey).

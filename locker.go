@@ -28,7 +28,7 @@ type Locker struct {
 	election electionLocker // the Locker elections run on, made on first use (election.go)
 
 	permitFences sync.Map // a semaphore's permit key → its semaphore's fence counter (fenceCounter)
-	permitQueues sync.Map // a semaphore's permit key → its semaphore's one queue (waitersOf)
+	permitQueues sync.Map // a semaphore's permit key → its permitLine: the semaphore's one queue (waitersOf) and count
 }
 
 // New returns a Locker that locks keys through client. It returns an error

@@ -71,7 +71,17 @@ import (
 //
 // A semaphore's permits share one queue (Locker.waitersOf, semwait.go):
 // the steps are the same, on the permit released or attempted, and the
-// payload names the permit handed.
+// payload names the permit handed. One step more:
+//
+//   - A permit is handed on only within the recorded count. The handoff
+//     of permit i reads the semaphore's count (PermitsKey) in its own
+//     atomic step, the script's or the watched transaction's (the count
+//     key watched too), and hands the permit on only while i is below
+//     it; at or past it (after a shrink, Resize) the permit is deleted
+//     and its waiters woken. A missing count limits nothing; one that is
+//     not a count hands nothing on (handon.lua, pastCount). So a permit
+//     heard was within the count when it was handed, and the wait keeps
+//     it without reading the count again (Semaphore.Acquire).
 //
 // The scores are the waiters' clocks: with clocks apart, two waiters
 // arriving within the skew of each other may be served in either order.

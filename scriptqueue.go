@@ -90,8 +90,13 @@ func (q scriptQueue) leave(ctx context.Context, entry *queueEntry) error {
 			channel = WakeChannel(entry.key)
 		}
 		now := l.cfg.clock.Now()
-		args := append(l.appendProtocolArgs(make([]any, 0, 8), now), entry.member, entry.token, channel, now.UnixMicro())
-		err := leaveScript.Run(ctx, l.client, []string{entry.key, l.waitersOf(entry.key)}, args...).Err()
+		keys, index := []string{entry.key, waitersKey(entry.key)}, any("")
+		if line, ok := l.permitLineOf(entry.key); ok {
+			// handed on only while below the recorded count (protocol.go)
+			keys, index = append(keys[:1], line.queue, line.count), line.index
+		}
+		args := append(l.appendProtocolArgs(make([]any, 0, 9), now), entry.member, entry.token, channel, now.UnixMicro(), index)
+		err := leaveScript.Run(ctx, l.client, keys, args...).Err()
 		if !l.caps.narrow(capQueue, err) {
 			return err
 		}

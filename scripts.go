@@ -187,11 +187,12 @@ func (p scriptPath) releaseWith(ctx context.Context, k *Lock, handing bool) (boo
 func (l *Locker) runRelease(ctx context.Context, k *Lock, marking, handing bool) (bool, error) {
 	now := l.cfg.clock.Now()
 	channel, waiters, hand, markFor := "", "", any(""), int64(0)
+	line, permit := l.permitLineOf(k.key)
 	switch pubSub := l.caps.allows(capPubSub); {
 	case pubSub && handing:
 		channel, waiters = wakeChannelAndWaiters(k.key)
-		if shared, ok := l.permitQueues.Load(k.key); ok {
-			waiters = shared.(string) // a permit of a semaphore's one queue (waitersOf)
+		if permit {
+			waiters = line.queue // a permit of a semaphore's one queue (waitersOf)
 		}
 	case pubSub:
 		channel = WakeChannel(k.key)
@@ -201,24 +202,32 @@ func (l *Locker) runRelease(ctx context.Context, k *Lock, marking, handing bool)
 	if marking {
 		markFor = max(k.lease.ends().Sub(now).Milliseconds(), 0) // the rest of the lease: a resend later finds it over anyway
 	}
-	numKeys := 1 // the key, its marker, its waiters
+	numKeys := 1 // the key, its marker, its waiters, a permit's count
 	if markFor > 0 {
 		numKeys++
 	}
+	index := any("")
 	if handing {
 		numKeys++
 		hand = l.args.starvation
+		if permit {
+			numKeys++
+			index = line.index // handed on only while below the recorded count (protocol.go)
+		}
 	}
-	args := releaseCall.args(numKeys, numKeys+11+len(k.maybe)) // one allocation
+	args := releaseCall.args(numKeys, numKeys+12+len(k.maybe)) // one allocation
 	args = append(args, k.key)
 	if markFor > 0 {
 		args = append(args, releasedKey(k.key))
 	}
 	if handing {
 		args = append(args, waiters)
+		if permit {
+			args = append(args, line.count)
+		}
 	}
 	args = l.appendProtocolArgs(args, now)
-	args = append(args, channel, now.UnixMicro(), hand, markFor, k.token)
+	args = append(args, channel, now.UnixMicro(), hand, markFor, k.token, index)
 	if k.token == "" {
 		// This run's own id: what a resend recognises its work by, since a
 		// bare value may be written again, identically, by the next holder.

@@ -76,8 +76,14 @@ func (s *Semaphore) agreeAndLook(ctx context.Context, look bool) (n int, held []
 	return n, held, nil
 }
 
-// parseCount reads a recorded count: a positive decimal integer.
+// parseCount reads a recorded count: a positive decimal integer, digits
+// alone, as handon.lua reads it too.
 func parseCount(value string) (int, error) {
+	for _, c := range []byte(value) {
+		if c < '0' || c > '9' {
+			return 0, strconv.ErrSyntax
+		}
+	}
 	n, err := strconv.Atoi(value)
 	if err == nil && n < 1 {
 		err = strconv.ErrRange

@@ -128,3 +128,55 @@ func TestASemaphoreWaitHandedASecondPermitHandsItOnAndKeepsItsOwn(t *testing.T) 
 		require.NoError(t, other.Release(ctx))
 	})
 }
+
+// A permit is handed on only within the recorded count (protocol.go):
+// after a shrink, the release of a permit past the new count, and the
+// leave of a wait holding one, delete it and hand it to nobody, though a
+// listening waiter stands first in line; the release of a permit within
+// the count hands it to that waiter. A wait heard keeps its permit without
+// reading the count again (Semaphore.Acquire), so a handoff past the count
+// would be one holder too many.
+func TestAPermitPastTheRecordedCountIsDeletedNotHandedOn(t *testing.T) {
+	onEachQueueingPath(t, func(t *testing.T, b *backend, queueing Option) {
+		l := b.locker(t, queueing, WithStarvationThreshold(0))
+		s := semaphoreOf(t, l, "sem", 2)
+		held := make(map[string]*Lock)
+		for range 2 {
+			lock, err := s.TryAcquire(ctx)
+			require.NoError(t, err)
+			held[lock.Key()] = lock
+		}
+		within, past := PermitKey("sem", 0), PermitKey("sem", 1)
+		require.Len(t, held, 2)
+
+		// The waiter's Locker listens: a subscription on its channel.
+		sub := b.raw.Subscribe(ctx, handoffChannel("listener"))
+		defer func() { _ = sub.Close() }()
+		_, err := sub.Receive(ctx)
+		require.NoError(t, err, "the waiter's subscription")
+		waiting := formatEntry("listener", "WAITING")
+		require.NoError(t, b.raw.ZAdd(ctx, s.queue(), redis.Z{Score: float64(b.clock.Now().Add(-time.Second).UnixMicro()), Member: waiting}).Err())
+		inLine := func() []string { return b.raw.ZRange(ctx, s.queue(), 0, -1).Val() }
+
+		require.NoError(t, s.Resize(ctx, 1))
+		require.NoError(t, held[past].Release(ctx))
+		assert.Equal(t, "<missing>", b.value(t, past), "the release of a permit past the count deletes it")
+		assert.Equal(t, []string{waiting}, inLine(), "the waiter still first in line")
+
+		// A wait holding the permit past the count (a value carrying its
+		// token, as a handoff before the shrink wrote it) leaves the line.
+		leaving := l.queueEntryOf(past, "LEAVING")
+		b.set(t, past, provisionalValue(b.clock.Now(), leaving.token))
+		require.NoError(t, l.onPath(func(p path) error { return p.queue().leave(ctx, leaving) }))
+		assert.Equal(t, "<missing>", b.value(t, past), "the leave of a wait holding a permit past the count deletes it")
+		assert.Equal(t, []string{waiting}, inLine(), "the waiter still first in line")
+
+		require.NoError(t, held[within].Release(ctx))
+		assert.Equal(t, "WAITING", tokenOf(b.value(t, within)), "the permit within the count, handed to the waiter")
+		msg := await.Recv(t, sub.Channel(), "the handoff's message")
+		token, _, key, ok := parsePayload(msg.Payload)
+		require.True(t, ok, "a payload: %q", msg.Payload)
+		assert.Equal(t, []string{"WAITING", within}, []string{token, key}, "the first message the waiter hears: the permit within the count")
+		assert.Empty(t, inLine())
+	})
+}

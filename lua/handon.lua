@@ -1,5 +1,6 @@
--- handon.lua: handOn(key, waiters, now, barge), shared by release.lua and
--- leave.lua; prefixed with protocol.lua, whose encodings it writes.
+-- handon.lua: handOn(key, waiters, now, barge, count, index), shared by
+-- release.lua and leave.lua; prefixed with protocol.lua, whose encodings
+-- it writes.
 --
 -- key      the lock key, which the caller owns
 -- waiters  its waiters: a sorted set of entries, scored by arrival, in
@@ -8,6 +9,15 @@
 -- barge    the starvation threshold in µs: while the first waiter has
 --          waited less, the key is not handed over; 0 always hands over,
 --          whatever the clocks say of the wait
+-- count    for a permit of a semaphore's one queue: the key of the
+--          semaphore's recorded count; else nil
+-- index    with count: the permit's index
+--
+-- A permit is handed on only while its index is below the recorded count
+-- (protocol.go): one at or past it, after a shrink, is nobody's to have,
+-- and the caller deletes it (returned as no waiter left). A count that is
+-- missing limits nothing (the next acquisition records it again); one
+-- that is not a positive integer hands nothing on.
 --
 -- Gives key to the first waiter whose Locker hears of it. For each
 -- entry, first in line first, it takes the entry off the queue, writes
@@ -34,7 +44,8 @@
 -- Returns  2         not handed over: the first waiter heard it may race
 --                    for the key, which the caller frees
 --          1         handed to a waiter
---          0         no waiter left: the caller deletes the key
+--          0         no waiter left, or a permit past the count: the
+--                    caller deletes the key
 --         -1, error  the queue, the write or the channel failed (refused
 --                    by ACL, say): the entry is back in its place, and the
 --                    caller deletes the key and reports error
@@ -42,7 +53,14 @@
 -- it frees the key, if the queue held anything; when it handed the key
 -- over, if a listener was taken off. An empty queue means nobody listens:
 -- no wake-up nobody hears.
-local function handOn(key, waiters, now, barge)
+local function handOn(key, waiters, now, barge, count, index)
+  if count then
+    local recorded = redis.pcall('get', count)
+    if recorded ~= false then
+      local n = type(recorded) == 'string' and string.match(recorded, '^%d+$') and tonumber(recorded)
+      if not n or n < 1 or index >= n then return 0, nil, true end -- its waiters are woken
+    end
+  end
   local seen, listeners = false, false
   while true do
     local head = redis.pcall('zrange', waiters, 0, 0, 'withscores')

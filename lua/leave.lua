@@ -2,13 +2,16 @@
 -- Prefixed with value.lua, protocol.lua and handon.lua.
 --
 -- KEYS[1]    the lock key
--- KEYS[2]    its waiters (waitersKey)
+-- KEYS[2]    its waiters (waitersKey, or a semaphore's one queue)
+-- KEYS[3]    when ARGV[9] is not '': the semaphore's recorded count
 -- ARGV[1..4] the queue's encodings (protocol.lua)
 -- ARGV[5]    our entry
 -- ARGV[6]    our entry's token, which every value written for our entry
 --            carries (value.lua's tokenOf)
 -- ARGV[7]    the key's wake channel, or '' for none
 -- ARGV[8]    our clock in Unix µs
+-- ARGV[9]    for a permit of a semaphore's one queue: its index, handed
+--            on only while below the recorded count (handOn); else ''
 --
 -- Takes our entry off the queue. If the key carries our token (a release
 -- handed it to us and we will not claim it, or an attempt of ours whose
@@ -32,7 +35,9 @@ if current == false then
   return 0
 end
 if type(current) ~= 'string' or tokenOf(current) ~= ARGV[6] then return 0 end
-local handed, _, woke = handOn(KEYS[1], KEYS[2], tonumber(ARGV[8]), 0)
+local count, permit
+if ARGV[9] ~= '' then count, permit = KEYS[3], tonumber(ARGV[9]) end
+local handed, _, woke = handOn(KEYS[1], KEYS[2], tonumber(ARGV[8]), 0, count, permit)
 if handed == 1 then
   if woke and ARGV[7] ~= '' then redis.pcall('publish', ARGV[7], KEYS[1]) end -- a listener taken off
   return 2

@@ -4,7 +4,9 @@
 --
 -- KEYS[1]    the lock key
 -- KEYS[2..]  when ARGV[8] is not '0': its release marker (releasedKey);
---            then, when ARGV[7] is not '': its waiters (waitersKey)
+--            then, when ARGV[7] is not '': its waiters (waitersKey, or
+--            a semaphore's one queue); then, when ARGV[10] is not '':
+--            the semaphore's recorded count (PermitsKey)
 -- ARGV[1..4] the queue's encodings (protocol.lua)
 -- ARGV[5]    the key's wake channel, or '' for none
 -- ARGV[6]    the releaser's clock in Unix µs
@@ -15,9 +17,11 @@
 --            lease), or '0' not to; only a release of bare values
 --            remembers itself (forcetrace.go)
 -- ARGV[9]    our owner token, or '' when our values carry none
--- ARGV[10]   without a token: this release's own id, fresh for each run
+-- ARGV[10]   for a permit of a semaphore's one queue: its index, handed
+--            on only while below the recorded count (handOn); else ''
+-- ARGV[11]   without a token: this release's own id, fresh for each run
 --            the client makes (go-redis resends it unchanged)
--- ARGV[11..] without a token: the exact values that are ours
+-- ARGV[12..] without a token: the exact values that are ours
 --
 -- Only if the key is ours (H3), it hands the key to the first queued
 -- waiter that hears of it (handOn), or else deletes it and wakes the key's
@@ -44,12 +48,16 @@ if ARGV[8] ~= '0' then
   marker = KEYS[index]
   index = index + 1
 end
-if ARGV[7] ~= '' then waiters = KEYS[index] end
+local count, permit
+if ARGV[7] ~= '' then
+  waiters = KEYS[index]
+  if ARGV[10] ~= '' then count, permit = KEYS[index + 1], tonumber(ARGV[10]) end
+end
 local now = math.floor(tonumber(ARGV[6]) / 1000) -- ms, for the marker
 
 -- what this release remembers itself by: our token, or its own id
 local member = ARGV[9]
-if member == '' then member = ARGV[10] end
+if member == '' then member = ARGV[11] end
 
 local function remembered()
   if not marker then return false end
@@ -76,7 +84,7 @@ end
 local failed = ''
 local wake = ARGV[5] ~= '' -- a release that does not hand over always wakes
 if waiters then
-  local handed, err, woke = handOn(KEYS[1], waiters, tonumber(ARGV[6]), tonumber(ARGV[7]))
+  local handed, err, woke = handOn(KEYS[1], waiters, tonumber(ARGV[6]), tonumber(ARGV[7]), count, permit)
   wake = wake and woke -- only if the queue held anyone, a listener included
   if handed == 1 then
     if wake then redis.pcall('publish', ARGV[5], KEYS[1]) end
