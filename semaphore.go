@@ -84,7 +84,7 @@ func (s *Semaphore) permitKey(i int) string {
 		s.locker.permitFences.LoadOrStore(key, FenceKey(PermitsKey(s.name)))
 	}
 	if s.locker.queues() {
-		s.locker.permitQueues.LoadOrStore(key, s.queue()) // one queue for every permit (semwait.go)
+		s.locker.permitQueues.LoadOrStore(key, permitLine{queue: s.queue(), count: PermitsKey(s.name), index: i}) // one queue for every permit (semwait.go)
 	}
 	return key
 }
@@ -156,8 +156,10 @@ func (s *Semaphore) notAcquired(n int, foreign []error, ctxErr error) error {
 // transient network errors are retried. When ctx ends first it
 // returns an error matching both ErrNotAcquired and ctx.Err().
 // ErrPermitsMismatch: the recorded count differs from this client's, and
-// nothing was written; a wait that ends after a Resize has changed the
-// count gives its permit back and says so too. Permit keys that hold
+// nothing was written. A wait that outlasts a Resize keeps a permit
+// handed to it, which its handoff checked against the recorded count
+// (protocol.go); a permit its own attempt took after the count changed
+// is given back, and the error says so too. Permit keys that hold
 // something else (H7) are left untouched and not waited on; when every
 // permit does, the error matches ErrNotLockValue.
 func (s *Semaphore) Acquire(ctx context.Context) (*Lock, error) {
@@ -176,17 +178,21 @@ func (s *Semaphore) Acquire(ctx context.Context) (*Lock, error) {
 	case !errors.Is(err, ErrNotAcquired) && !retryable(err):
 		return nil, err
 	}
-	lock, queued, err := s.waitInLine(ctx, n)
+	lock, heard, queued, err := s.waitInLine(ctx, n)
 	if !queued {
 		lock, err = s.waitEach(ctx, n)
 	}
-	if err != nil {
-		return nil, err
+	if err != nil || heard {
+		// A permit heard was handed on within the recorded count, checked
+		// in the handoff's atomic step (protocol.go): kept as a permit live
+		// when a Resize came is kept.
+		return lock, err
 	}
-	// The wait may have outlasted a Resize: a permit past a shrunk count
-	// must not be kept, or more holders than the recorded count would
-	// live. A count that cannot be read now keeps the permit: it was
-	// agreed before the wait, the window an attempt always has.
+	// The wait may have outlasted a Resize: a permit its own attempt took
+	// past a shrunk count must not be kept, or more holders than the
+	// recorded count would live. A count that cannot be read now keeps the
+	// permit: it was agreed before the wait, the window an attempt always
+	// has.
 	checkCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), leaveTimeout)
 	defer cancel()
 	if _, err := s.agree(checkCtx); errors.Is(err, ErrPermitsMismatch) || errors.Is(err, ErrNotLockValue) {

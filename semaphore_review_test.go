@@ -20,10 +20,11 @@ import (
 
 // After a shrink no acquisition keeps a permit past the new count. An
 // Acquire already waiting when the count shrank waits on every permit of
-// the old count, and a release of a permit past the new count hands it to
-// that waiter; its wait then reads the count again and gives the permit
-// back, or there would be more live holders than the recorded count
-// (here 2 with 1 recorded).
+// the old count. The release of a permit past the new count hands it to
+// nobody (TestAPermitPastTheRecordedCountIsDeletedNotHandedOn), but the
+// waiter's own attempt may take it, free; its wait then reads the count
+// again and gives the permit back, or there would be more live holders
+// than the recorded count (here 2 with 1 recorded).
 func TestSemaphoreWaitThatOutlastsAShrinkKeepsNoPermitPastTheNewCount(t *testing.T) {
 	onEachPath(t, func(t *testing.T, b *backend, p lockPath) {
 		holder := semaphoreOf(t, b.locker(t, p.opt), "sem", 2)

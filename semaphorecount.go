@@ -94,16 +94,18 @@ func parseCount(value string) (int, error) {
 // Resize records permits as the semaphore's count, replacing the one
 // recorded, and makes it this client's. It is an operator's act (the
 // setnxlock CLI's "semaphore resize" does it): other clients' acquisitions
-// fail with ErrPermitsMismatch until they are given the new count, and an
-// Acquire that was waiting gives back the permit its wait ends with.
-// Shrinking never revokes a live permit: holders of permits past the new
-// count keep them until they release them or their leases end, and no
-// acquisition keeps those permits again; until then more holders than the
-// new count may live. A single attempt (TryAcquire, or Acquire's first
-// pass) that read the old count just before the record changed may still
-// finish on it. A count key of another type is left untouched
-// (ErrNotLockValue). permits < 1 is ErrInvalidArgument, and nothing is
-// written.
+// fail with ErrPermitsMismatch until they are given the new count. An
+// Acquire that was waiting keeps a permit handed to it from then on, which
+// is within the new count (a release hands on a permit only while its
+// index is below the recorded count, and deletes one past it), and gives
+// back one its own attempt takes. Shrinking never revokes a live permit:
+// holders of permits past the new count keep them until they release them
+// or their leases end, and no acquisition keeps those permits again; until
+// then more holders than the new count may live. A single attempt
+// (TryAcquire, or Acquire's first pass) that read the old count just
+// before the record changed may still finish on it. A count key of another
+// type is left untouched (ErrNotLockValue). permits < 1 is
+// ErrInvalidArgument, and nothing is written.
 func (s *Semaphore) Resize(ctx context.Context, permits int) error {
 	if permits < 1 {
 		return fmt.Errorf("%w: semaphore %q: %d permits (at least 1)", ErrInvalidArgument, s.name, permits)

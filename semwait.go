@@ -48,20 +48,22 @@ func (s *Semaphore) permitIndex(key string, n int) bool {
 // ctx.Err()). queued is false when the wait could not queue (the Locker
 // does not queue, its subscription failed, the server refused the queue):
 // nothing of it is left, and the caller waits on each permit instead.
-func (s *Semaphore) waitInLine(ctx context.Context, n int) (lock *Lock, queued bool, err error) {
+// heard says the permit was handed to the wait and heard (holdHeard): its
+// handoff checked it against the recorded count (protocol.go).
+func (s *Semaphore) waitInLine(ctx context.Context, n int) (lock *Lock, heard, queued bool, err error) {
 	l := s.locker
 	if !l.queues() {
-		return nil, false, nil
+		return nil, false, false, nil
 	}
 	sub := l.handoff.join(l)
 	defer l.handoff.unjoin(sub)
 	select {
 	case <-sub.ready: // bounded by the subscription's timeout
 	case <-ctx.Done():
-		return nil, true, s.notAcquired(n, nil, ctx.Err())
+		return nil, false, true, s.notAcquired(n, nil, ctx.Err())
 	}
 	if !sub.live() || !l.queues() {
-		return nil, false, nil
+		return nil, false, false, nil
 	}
 	token := newToken()
 	entry := l.queueEntryOf(s.permitKey(0), token)
@@ -90,12 +92,12 @@ func (s *Semaphore) waitInLine(ctx context.Context, n int) (lock *Lock, queued b
 		if note.handoff() && s.permitIndex(note.key, n) {
 			if lock := l.holdHeard(note.key, entry.at(note.key), note, &acq); lock != nil {
 				s.served(ctx, entry, lock.key, n, handed)
-				return lock, true, nil
+				return lock, true, true, nil
 			}
 		}
 		note = handoffNote{}
 		if !sub.live() || !l.queues() {
-			return nil, false, nil // left by the deferred leave
+			return nil, false, false, nil // left by the deferred leave
 		}
 		var (
 			foreign   []error
@@ -117,9 +119,9 @@ func (s *Semaphore) waitInLine(ctx context.Context, n int) (lock *Lock, queued b
 			switch {
 			case err == nil:
 				s.served(ctx, entry, key, n, handed)
-				return lock, true, nil
+				return lock, false, true, nil
 			case held.unqueued:
-				return nil, false, nil // the queue was refused: left by the deferred leave
+				return nil, false, false, nil // the queue was refused: left by the deferred leave
 			case errors.Is(err, ErrNotLockValue):
 				foreign = append(foreign, err)
 			case errors.Is(err, ErrNotAcquired) && !errors.Is(err, ErrNotReplicated):
@@ -129,9 +131,9 @@ func (s *Semaphore) waitInLine(ctx context.Context, n int) (lock *Lock, queued b
 			default:
 				if err := attemptFailed(ctx, key, err, &notReplicated); err != nil {
 					if ctx.Err() != nil {
-						return nil, true, s.notAcquired(n, foreign, errors.Join(ctx.Err(), notReplicated))
+						return nil, false, true, s.notAcquired(n, foreign, errors.Join(ctx.Err(), notReplicated))
 					}
-					return nil, true, err
+					return nil, false, true, err
 				}
 				transient = true
 			}
@@ -140,7 +142,7 @@ func (s *Semaphore) waitInLine(ctx context.Context, n int) (lock *Lock, queued b
 			}
 		}
 		if len(foreign) == n {
-			return nil, true, s.notAcquired(n, foreign, nil) // nothing to wait for
+			return nil, false, true, s.notAcquired(n, foreign, nil) // nothing to wait for
 		}
 		if acq.wait == WaitNone {
 			acq.wait = WaitPoll // until something wakes it
@@ -157,7 +159,7 @@ func (s *Semaphore) waitInLine(ctx context.Context, n int) (lock *Lock, queued b
 			if notReplicated != nil {
 				err = errors.Join(err, notReplicated)
 			}
-			return nil, true, s.notAcquired(n, foreign, err)
+			return nil, false, true, s.notAcquired(n, foreign, err)
 		}
 		switch {
 		case note.handoff():
