@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync/atomic"
 	"time"
 )
@@ -63,7 +64,13 @@ func (l *Locker) Semaphore(name string, permits int) (*Semaphore, error) {
 // PermitKey returns the lock key of the semaphore name's permit i (from
 // 0): "{name}.permit.<i>", or name plus ".permit.<i>" when name has a
 // Redis Cluster hash tag of its own.
-func PermitKey(name string, i int) string { return sameSlotKey(name, fmt.Sprintf(".permit.%d", i)) }
+func PermitKey(name string, i int) string {
+	return sameSlotKey(name, permitSuffix+strconv.Itoa(i))
+}
+
+// permitSuffix follows a semaphore's name in its permits' keys, before the
+// permit's index (PermitKey).
+const permitSuffix = ".permit."
 
 // PermitsKey returns the key that records the semaphore name's number of
 // permits, in the slot of its permits. It has no expiry: like a fence

@@ -3,6 +3,8 @@ package setnxlock
 import (
 	"context"
 	"errors"
+	"strconv"
+	"strings"
 	"time"
 )
 
@@ -33,14 +35,20 @@ import (
 // queue names the semaphore's one queue, in the slot of its permits.
 func (s *Semaphore) queue() string { return waitersKey(PermitsKey(s.name)) }
 
-// permitIndex reports whether key is one of the semaphore's n permits.
-func (s *Semaphore) permitIndex(key string, n int) bool {
-	for i := range n {
-		if PermitKey(s.name, i) == key {
-			return true
-		}
+// permitIndex returns the index of the permit key names, whatever the
+// count: key is PermitKey(s.name, i) for exactly one i >= 0, or ok is
+// false.
+func (s *Semaphore) permitIndex(key string) (i int, ok bool) {
+	prefix := sameSlotKey(s.name, permitSuffix)
+	digits, found := strings.CutPrefix(key, prefix)
+	if !found {
+		return 0, false
 	}
-	return false
+	i, err := strconv.Atoi(digits)
+	if err != nil || i < 0 || strconv.Itoa(i) != digits {
+		return 0, false
+	}
+	return i, true
 }
 
 // waitInLine waits for one of n permits in the semaphore's queue, until
@@ -89,11 +97,18 @@ func (s *Semaphore) waitInLine(ctx context.Context, n int) (lock *Lock, heard, q
 		notReplicated error
 	)
 	for {
-		if note.handoff() && s.permitIndex(note.key, n) {
+		if i, ok := s.permitIndex(note.key); note.handoff() && ok && i < n {
 			if lock := l.holdHeard(note.key, entry.at(note.key), note, &acq); lock != nil {
 				s.served(ctx, entry, lock.key, n, handed)
 				return lock, true, true, nil
 			}
+		} else if note.handoff() && ok {
+			// A permit at or past this wait's count, handed to its entry
+			// within the recorded count: the count grew since the wait
+			// agreed (Resize). Not the wait's to take, and not to be left
+			// to its claim window: declined at once, handed on to the next
+			// in line through the semaphore's queue (s.permitKey names it).
+			l.leaveOnce(ctx, entry.at(s.permitKey(i)))
 		}
 		note = handoffNote{}
 		if !sub.live() || !l.queues() {

@@ -2,6 +2,7 @@ package setnxlock
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -178,5 +179,53 @@ func TestAPermitPastTheRecordedCountIsDeletedNotHandedOn(t *testing.T) {
 		require.True(t, ok, "a payload: %q", msg.Payload)
 		assert.Equal(t, []string{"WAITING", within}, []string{token, key}, "the first message the waiter hears: the permit within the count")
 		assert.Empty(t, inLine())
+	})
+}
+
+// A wait that began before a Resize grew the count has the old count: a
+// permit at or past it, handed to its entry (within the recorded count),
+// is not its to take. It declines it at once, and the next in line is
+// handed it, rather than left waiting out the provisional value's end
+// (here never: the clock does not move, and miniredis expires nothing).
+func TestAWaitOfAnOlderCountHandsOnAPermitPastIt(t *testing.T) {
+	onEachPath(t, func(t *testing.T, b *backend, p lockPath) {
+		allPermitsHeld(t, b, p, "sem", 2)
+		waitCtx := await.Context(t)
+		olderCtx, stopOlder := context.WithCancel(waitCtx)
+		defer stopOlder()
+		older := make(chan error, 1)
+		olderSem := semaphoreOf(t, b.locker(t, p.opt), "sem", 2)
+		go func() {
+			lock, err := olderSem.Acquire(olderCtx)
+			if err == nil {
+				err = fmt.Errorf("the older wait took %s", lock.Key())
+			}
+			older <- err
+		}()
+		lineOf(t, b, "sem", 1)
+
+		grown := semaphoreOf(t, b.locker(t, p.opt, WithStarvationThreshold(0)), "sem", 2)
+		require.NoError(t, grown.Resize(ctx, 3))
+		third, err := grown.TryAcquire(ctx)
+		require.NoError(t, err)
+		require.Equal(t, PermitKey("sem", 2), third.Key(), "the permit the count grew by")
+
+		served := make(chan Event, 16)
+		newer := semaphoreWaiter(t, waitCtx, semaphoreOf(t, b.locker(t, p.opt, WithObserver(ObserverFunc(func(e Event) {
+			if e.Kind == EventAcquired {
+				served <- e
+			}
+		}))), "sem", 3))
+		line := lineOf(t, b, "sem", 2)
+		require.NoError(t, third.Release(ctx))
+
+		lock := await.Recv(t, newer, "the newer waiter's permit, handed on by the older wait")
+		require.NotNil(t, lock)
+		assert.Equal(t, PermitKey("sem", 2), lock.Key())
+		e := await.Recv(t, served, "the newer waiter's acquisition")
+		assert.Equal(t, WaitHandoff, e.Wait, "handed the permit (line: %v)", line)
+		require.NoError(t, lock.Release(ctx))
+		stopOlder()
+		assert.ErrorIs(t, await.Recv(t, older, "the older wait's end"), context.Canceled, "the older wait took nothing")
 	})
 }
