@@ -123,8 +123,12 @@ func TestASemaphoreWaitHandedASecondPermitHandsItOnAndKeepsItsOwn(t *testing.T) 
 		other := await.Recv(t, second, "the second waiter's permit, handed on by the first's Locker")
 		require.NotNil(t, other)
 		assert.Equal(t, PermitKey("sem", 0), other.Key())
-		assert.Never(t, func() bool { return b.value(t, lock.Key()) != ours }, 100*time.Millisecond, time.Millisecond,
-			"the permit the first waiter holds is never handed on")
+		// Read in the test's own goroutine: assert.Never's reads run in
+		// goroutines of their own, one of which can outlast the test and
+		// read a server already stopped (a panic of the suite, 2026-11-27).
+		for deadline := time.Now().Add(100 * time.Millisecond); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+			require.Equal(t, ours, b.value(t, lock.Key()), "the permit the first waiter holds is never handed on")
+		}
 		require.NoError(t, lock.Release(ctx), "still the first waiter's")
 		require.NoError(t, other.Release(ctx))
 	})
