@@ -108,7 +108,7 @@ func (s *Semaphore) waitInLine(ctx context.Context, n int) (lock *Lock, heard, q
 			// agreed (Resize). Not the wait's to take, and not to be left
 			// to its claim window: declined at once, handed on to the next
 			// in line through the semaphore's queue (s.permitKey names it).
-			l.leaveOnce(ctx, entry.at(s.permitKey(i)))
+			s.decline(ctx, entry.at(s.permitKey(i)))
 		}
 		note = handoffNote{}
 		if !sub.live() || !l.queues() {
@@ -264,6 +264,21 @@ func (s *Semaphore) served(ctx context.Context, entry *queueEntry, key string, n
 			l.abandonLostWrites(ctx, other) // a round trip only for a write remembered
 		}
 	}
+}
+
+// decline is the protocol's leave of one permit for a wait that goes on
+// waiting: it hands on (or deletes) the permit while it carries the
+// entry's token. Unlike leaveOnce, a leave that fails does not abandon the
+// entry: the wait still hears its handoffs, and none is declined for it
+// (route), or the route's decline of a permit the wait then claims by its
+// own attempt would hand on its lease (one owner per value). What a failed
+// decline leaves is a value carrying the token on a permit past the wait's
+// count, which the wait never takes: it costs the claim window, and a late
+// copy of the leave (H10) hands on only such a value.
+func (s *Semaphore) decline(ctx context.Context, entry *queueEntry) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), leaveTimeout)
+	defer cancel()
+	_ = s.locker.onPath(func(p path) error { return p.queue().leave(ctx, entry) })
 }
 
 // leaveLine takes a wait that ends without a permit out of the queue: on

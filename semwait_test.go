@@ -233,3 +233,49 @@ func TestAWaitOfAnOlderCountHandsOnAPermitPastIt(t *testing.T) {
 		assert.ErrorIs(t, await.Recv(t, older, "the older wait's end"), context.Canceled, "the older wait took nothing")
 	})
 }
+
+// A wait's decline of a permit past its count that fails (its reply lost,
+// H5) does not abandon the wait: it still expects its handoffs, and none
+// is declined for it. An abandoned wait would be deaf to the permits
+// handed to it, and the route's decline of one it then claimed by its own
+// attempt would hand its lease on (one owner per value).
+func TestAWaitWhoseDeclineFailedStillHearsItsHandoffs(t *testing.T) {
+	onEachQueueingPath(t, func(t *testing.T, b *backend, queueing Option) {
+		allPermitsHeld(t, b, lockPath{opt: queueing}, "sem", 2)
+		client := b.client(t)
+		lost := loseStepReply(client, stepLeave)
+		olderLocker := b.lockerOn(t, client, queueing)
+		olderSem := semaphoreOf(t, olderLocker, "sem", 2)
+		olderCtx, stopOlder := context.WithCancel(await.Context(t))
+		defer stopOlder()
+		older := make(chan error, 1)
+		go func() {
+			lock, err := olderSem.Acquire(olderCtx)
+			if err == nil {
+				err = fmt.Errorf("the older wait took %s", lock.Key())
+			}
+			older <- err
+		}()
+		_, token, ok := parseEntry(lineOf(t, b, "sem", 1)[0].Member.(string))
+		require.True(t, ok)
+
+		grown := semaphoreOf(t, b.locker(t, queueing, WithStarvationThreshold(0)), "sem", 2)
+		require.NoError(t, grown.Resize(ctx, 3))
+		third, err := grown.TryAcquire(ctx)
+		require.NoError(t, err)
+		require.Equal(t, PermitKey("sem", 2), third.Key())
+		require.NoError(t, third.Release(ctx))
+		require.Eventually(t, lost.Load, await.Timeout, time.Millisecond, "the older wait's decline, its reply lost")
+		lineOf(t, b, "sem", 1) // back in line: the decline has returned
+
+		h := &olderLocker.handoff
+		h.mu.Lock()
+		_, expected := h.expected[token]
+		_, abandoned := h.abandoned[token]
+		h.mu.Unlock()
+		assert.True(t, expected, "the older wait still hears its handoffs")
+		assert.False(t, abandoned, "no handoff to the older wait is declined")
+		stopOlder()
+		assert.ErrorIs(t, await.Recv(t, older, "the older wait's end"), context.Canceled)
+	})
+}
