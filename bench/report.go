@@ -20,6 +20,7 @@ const (
 	nameRedsync   = "redsync"
 	nameMutex     = "sync.Mutex"
 	nameWeighted  = "x/sync semaphore.Weighted"
+	nameListSem   = "Redis list semaphore"
 	nameRWMutex   = "sync.RWMutex"
 )
 

@@ -227,6 +227,13 @@ func libraries(retry time.Duration) []*library {
 			},
 		},
 		{
+			name: nameListSem, shortLabel: "Redis list\nBLPOP",
+			redis: true, contended: true,
+			config: "the semaphore case's Redis floor: a list of the free permits, BLPOP to take one, RPUSH to give it back; " +
+				"no lease, no owner, no recovery (listsemaphore.go; the semaphore case only)",
+			newSemaphore: listSemaphoreLocker,
+		},
+		{
 			name: nameWeighted, shortLabel: "x/sync\nWeighted",
 			config:       "one golang.org/x/sync/semaphore.Weighted of the case's permits shared by its workers, the same loop, no Redis (the semaphore case only)",
 			newSemaphore: weightedLocker,
