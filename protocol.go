@@ -79,7 +79,8 @@ import (
 //     key watched too), and hands the permit on only while i is below
 //     it; at or past it (after a shrink, Resize) the permit is deleted
 //     and its waiters woken. A missing count limits nothing; one that is
-//     not a count hands nothing on (handon.lua, pastCount). So a permit
+//     not a count (digits alone, of a positive integer within int64:
+//     parseCount, handon.lua's recordedCount) hands nothing on. So a permit
 //     heard was within the count when it was handed, and the wait keeps
 //     it without reading the count again (Semaphore.Acquire).
 //

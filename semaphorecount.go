@@ -76,8 +76,9 @@ func (s *Semaphore) agreeAndLook(ctx context.Context, look bool) (n int, held []
 	return n, held, nil
 }
 
-// parseCount reads a recorded count: a positive decimal integer, digits
-// alone, as handon.lua reads it too.
+// parseCount reads a recorded count: a positive decimal integer within
+// int64, digits alone (leading zeros allowed), as handon.lua's
+// recordedCount reads it too: both transports hand permits on by one rule.
 func parseCount(value string) (int, error) {
 	for _, c := range []byte(value) {
 		if c < '0' || c > '9' {

@@ -134,6 +134,20 @@ func TestASemaphoreWaitHandedASecondPermitHandsItOnAndKeepsItsOwn(t *testing.T) 
 	})
 }
 
+// listeningWaiterInLine puts the entry of a wait of token WAITING, whose
+// Locker ("listener") listens, first in the semaphore's queue, and
+// returns the Locker's subscription and the entry.
+func listeningWaiterInLine(t *testing.T, b *backend, s *Semaphore) (*redis.PubSub, string) {
+	t.Helper()
+	sub := b.raw.Subscribe(ctx, handoffChannel("listener"))
+	t.Cleanup(func() { _ = sub.Close() })
+	_, err := sub.Receive(ctx)
+	require.NoError(t, err, "the waiter's subscription")
+	waiting := formatEntry("listener", "WAITING")
+	require.NoError(t, b.raw.ZAdd(ctx, s.queue(), redis.Z{Score: float64(b.clock.Now().Add(-time.Second).UnixMicro()), Member: waiting}).Err())
+	return sub, waiting
+}
+
 // A permit is handed on only within the recorded count (protocol.go):
 // after a shrink, the release of a permit past the new count, and the
 // leave of a wait holding one, delete it and hand it to nobody, though a
@@ -154,13 +168,7 @@ func TestAPermitPastTheRecordedCountIsDeletedNotHandedOn(t *testing.T) {
 		within, past := PermitKey("sem", 0), PermitKey("sem", 1)
 		require.Len(t, held, 2)
 
-		// The waiter's Locker listens: a subscription on its channel.
-		sub := b.raw.Subscribe(ctx, handoffChannel("listener"))
-		defer func() { _ = sub.Close() }()
-		_, err := sub.Receive(ctx)
-		require.NoError(t, err, "the waiter's subscription")
-		waiting := formatEntry("listener", "WAITING")
-		require.NoError(t, b.raw.ZAdd(ctx, s.queue(), redis.Z{Score: float64(b.clock.Now().Add(-time.Second).UnixMicro()), Member: waiting}).Err())
+		sub, waiting := listeningWaiterInLine(t, b, s)
 		inLine := func() []string { return b.raw.ZRange(ctx, s.queue(), 0, -1).Val() }
 
 		require.NoError(t, s.Resize(ctx, 1))
@@ -184,6 +192,56 @@ func TestAPermitPastTheRecordedCountIsDeletedNotHandedOn(t *testing.T) {
 		assert.Equal(t, []string{"WAITING", within}, []string{token, key}, "the first message the waiter hears: the permit within the count")
 		assert.Empty(t, inLine())
 	})
+}
+
+// Both transports read a recorded count by one rule (protocol.go): a
+// count is a positive integer within int64, written as digits alone; the
+// release of permit 1 hands it to the first in line only while 1 is below
+// such a count, and deletes it (handing nothing on) otherwise, whatever
+// the value at the count's key.
+func TestEveryTransportReadsTheRecordedCountAlike(t *testing.T) {
+	for _, c := range []struct {
+		recorded string
+		handed   bool
+	}{
+		{"2", true},
+		{"0002", true},
+		{"9223372036854775807", true},
+		{"1", false},
+		{"0", false},
+		{"", false},
+		{"+2", false},
+		{"2.0", false},
+		{"9223372036854775808", false},
+		{"99999999999999999999", false},
+		{"000000000000000000000002", true},
+	} {
+		t.Run(fmt.Sprintf("%q", c.recorded), func(t *testing.T) {
+			onEachQueueingPath(t, func(t *testing.T, b *backend, queueing Option) {
+				l := b.locker(t, queueing, WithStarvationThreshold(0))
+				s := semaphoreOf(t, l, "sem", 2)
+				var second *Lock
+				for range 2 {
+					lock, err := s.TryAcquire(ctx)
+					require.NoError(t, err)
+					if lock.Key() == PermitKey("sem", 1) {
+						second = lock
+					}
+				}
+				require.NotNil(t, second, "permit 1 taken")
+				_, waiting := listeningWaiterInLine(t, b, s)
+				b.set(t, PermitsKey("sem"), c.recorded)
+
+				require.NoError(t, second.Release(ctx))
+				if c.handed {
+					assert.Equal(t, "WAITING", tokenOf(b.value(t, second.Key())), "permit 1 is within the count: handed to the waiter")
+					return
+				}
+				assert.Equal(t, "<missing>", b.value(t, second.Key()), "permit 1 is not within the count: deleted")
+				assert.Equal(t, []string{waiting}, b.raw.ZRange(ctx, s.queue(), 0, -1).Val(), "the waiter still in line")
+			})
+		})
+	}
 }
 
 // A wait that began before a Resize grew the count has the old count: a

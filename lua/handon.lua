@@ -1,6 +1,22 @@
--- handon.lua: handOn(key, waiters, now, barge, count, index), shared by
--- release.lua and leave.lua; prefixed with protocol.lua, whose encodings
--- it writes.
+-- handon.lua: handOn, shared by release.lua and leave.lua; prefixed with
+-- protocol.lua, whose encodings it writes.
+
+-- recordedCount reads a recorded count as parseCount (semaphorecount.go)
+-- does, so that both transports hand on by one rule: digits alone, of a
+-- positive integer within int64 (leading zeros allowed); else nil. Past
+-- int64 a Lua number is a float that still compares, so the digits are
+-- judged as a string first.
+local maxCount = '9223372036854775807'
+local function recordedCount(recorded)
+  if type(recorded) ~= 'string' or not string.match(recorded, '^%d+$') then return nil end
+  local digits = string.gsub(recorded, '^0+', '')
+  if #digits > #maxCount or (#digits == #maxCount and digits > maxCount) then return nil end
+  local n = tonumber(digits)
+  if not n or n < 1 then return nil end
+  return n
+end
+
+-- handOn(key, waiters, now, barge, count, index)
 --
 -- key      the lock key, which the caller owns
 -- waiters  its waiters: a sorted set of entries, scored by arrival, in
@@ -17,7 +33,7 @@
 -- (protocol.go): one at or past it, after a shrink, is nobody's to have,
 -- and the caller deletes it (returned as no waiter left). A count that is
 -- missing limits nothing (the next acquisition records it again); one
--- that is not a positive integer hands nothing on.
+-- that is not a count (recordedCount) hands nothing on.
 --
 -- Gives key to the first waiter whose Locker hears of it. For each
 -- entry, first in line first, it takes the entry off the queue, writes
@@ -57,8 +73,8 @@ local function handOn(key, waiters, now, barge, count, index)
   if count then
     local recorded = redis.pcall('get', count)
     if recorded ~= false then
-      local n = type(recorded) == 'string' and string.match(recorded, '^%d+$') and tonumber(recorded)
-      if not n or n < 1 or index >= n then return 0, nil, true end -- its waiters are woken
+      local n = recordedCount(recorded)
+      if not n or index >= n then return 0, nil, true end -- its waiters are woken
     end
   end
   local seen, listeners = false, false
