@@ -44,7 +44,14 @@ func RecvWithin[T any](tb testing.TB, ch <-chan T, d time.Duration, what string,
 // Group waits for wg, failing the test if it is not done within Timeout.
 func Group(tb testing.TB, wg *sync.WaitGroup, what string, args ...any) {
 	tb.Helper()
-	Do(tb, wg.Wait, what, args...)
+	GroupWithin(tb, wg, Timeout, what, args...)
+}
+
+// GroupWithin is Group with a deadline of d, for a group whose work is
+// sized by the test (thousands of cycles) rather than a single event.
+func GroupWithin(tb testing.TB, wg *sync.WaitGroup, d time.Duration, what string, args ...any) {
+	tb.Helper()
+	DoWithin(tb, wg.Wait, d, what, args...)
 }
 
 // Do runs fn and waits for it to return, failing the test if it has not
@@ -52,12 +59,18 @@ func Group(tb testing.TB, wg *sync.WaitGroup, what string, args ...any) {
 // already failed, and its goroutine shows in go test's leak report.
 func Do(tb testing.TB, fn func(), what string, args ...any) {
 	tb.Helper()
+	DoWithin(tb, fn, Timeout, what, args...)
+}
+
+// DoWithin is Do with a deadline of d.
+func DoWithin(tb testing.TB, fn func(), d time.Duration, what string, args ...any) {
+	tb.Helper()
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		fn()
 	}()
-	RecvWithin(tb, done, Timeout, what, args...)
+	RecvWithin(tb, done, d, what, args...)
 }
 
 // Context returns a context that ends Timeout from now, or when the test

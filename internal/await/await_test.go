@@ -41,3 +41,14 @@ func TestAWaitThatSucceedsReturnsTheValue(t *testing.T) {
 		t.Fatal("await.Context has no deadline")
 	}
 }
+
+func TestAGroupThatOutlastsItsOwnDeadlineFailsTheTestSayingWhat(t *testing.T) {
+	r := &recorder{TB: t}
+	var wg sync.WaitGroup
+	wg.Add(1)
+	defer wg.Done()
+	GroupWithin(r, &wg, 10*time.Millisecond, "the %s", "workers")
+	if !strings.Contains(r.failed, "the workers did not happen within 10ms") {
+		t.Fatalf("a group that never finished failed=%q", r.failed)
+	}
+}
