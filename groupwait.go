@@ -108,7 +108,7 @@ func (w *groupWait) listen(ctx context.Context) {
 func (w *groupWait) sleep(ctx context.Context, held heldLease) error {
 	wait := w.backoff.next()
 	if w.wake.listening() && w.listed && held.announced {
-		wait = max(wait, announcedPoll) // polling would only load Redis; rarely, in case a release is lost
+		wait = max(wait, w.l.cfg.announcedPoll) // polling would only load Redis; rarely, in case a release is lost
 	}
 	if !held.takeableAt.IsZero() {
 		wait = capAtLease(wait, held.takeableAt.Sub(w.l.cfg.clock.Now()), w.l.cfg.minBackoff)

@@ -107,7 +107,11 @@ func (s *servedWait) served(t *testing.T, kind EventKind, waited time.Duration, 
 func TestAnAcquireThatWaitedSaysHowItWasServed(t *testing.T) {
 	onEachBackend(t, func(t *testing.T, b *backend) {
 		t.Run("handed over", func(t *testing.T) {
-			s := startServedWait(t, b, nil, []Option{WithStarvationThreshold(time.Second)})
+			// The wait's own poll (announcedPoll, real time) would claim the
+			// value handed to it if it fired before the message arrived, and
+			// report WaitPoll: it polls once an hour here. (Every millisecond,
+			// this subtest and the next fail in about one run of three.)
+			s := startServedWait(t, b, nil, []Option{WithStarvationThreshold(time.Second), pollEvery(time.Hour)})
 			b.queued(t, "lock.k", 1)
 			b.clock.Advance(3 * time.Second) // past the starvation threshold: the release hands over
 			require.NoError(t, s.holder.Release(ctx))
@@ -117,7 +121,7 @@ func TestAnAcquireThatWaitedSaysHowItWasServed(t *testing.T) {
 			require.NoError(t, lock.Release(ctx))
 		})
 		t.Run("barging", func(t *testing.T) {
-			s := startServedWait(t, b, nil, []Option{WithStarvationThreshold(time.Hour)})
+			s := startServedWait(t, b, nil, []Option{WithStarvationThreshold(time.Hour), pollEvery(time.Hour)}) // the free key to a poll: as above
 			b.queued(t, "lock.k", 1)
 			require.NoError(t, s.holder.Release(ctx)) // frees the key and wakes the first in line
 			lock, e := s.served(t, EventAcquired, 0, PathScripts)
@@ -351,4 +355,10 @@ func TestTheNamesOfWaysOutcomesPathsAndCalls(t *testing.T) {
 	}
 	assert.Equal(t, []string{"unknown", "acquire", "try_acquire", "release", "unknown"}, names)
 	assert.Equal(t, "waiting acquire_failed refresh_failed", EventWaiting.String()+" "+EventAcquireFailed.String()+" "+EventRefreshFailed.String())
+}
+
+// pollEvery sets how often a wait that will hear of a release still polls
+// (announcedPoll), for tests that tell which route served a wait.
+func pollEvery(d time.Duration) Option {
+	return func(c *config) error { c.announcedPoll = d; return nil }
 }

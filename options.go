@@ -46,6 +46,7 @@ type config struct {
 	replicaTimeout time.Duration // WithReplicas: how long WAIT waits for them
 
 	subscribeTimeout time.Duration // how long a SUBSCRIBE's confirmation is awaited; tests lengthen it
+	announcedPoll    time.Duration // how often a wait that will hear of a release still polls (announcedPoll); tests lengthen it
 }
 
 func defaultConfig() config {
@@ -58,6 +59,7 @@ func defaultConfig() config {
 		identity:   defaultIdentity(),
 
 		subscribeTimeout: defaultSubscribeTimeout,
+		announcedPoll:    announcedPoll,
 	}
 }
 

@@ -163,7 +163,7 @@ func (s *Semaphore) waitInLine(ctx context.Context, n int) (lock *Lock, heard, q
 			acq.wait = WaitPoll // until something wakes it
 			l.observe(Event{Kind: EventWaiting, Key: entry.key, ExpiresAt: takeable, Attempts: acq.attempts})
 		}
-		wait := announcedPoll
+		wait := l.cfg.announcedPoll
 		if transient {
 			wait = min(wait, retry.next())
 		}

@@ -191,7 +191,7 @@ func (w *waiting) sleep(ctx context.Context, held heldLease) error {
 	var ready, stopped <-chan struct{}
 	switch w.mode {
 	case queued:
-		wait, handed, stopped = announcedPoll, w.handed, w.sub.stopped
+		wait, handed, stopped = w.l.cfg.announcedPoll, w.handed, w.sub.stopped
 	case joining:
 		wait, ready = w.backoff.next(), w.sub.ready
 	default:
@@ -199,7 +199,7 @@ func (w *waiting) sleep(ctx context.Context, held heldLease) error {
 		if w.wake.listening() && w.listed && held.announced {
 			// The holder will announce its release: polling would only
 			// load Redis. Poll rarely, in case the announcement is lost.
-			wait = max(wait, announcedPoll)
+			wait = max(wait, w.l.cfg.announcedPoll)
 		}
 	}
 	var leaseEnd <-chan time.Time // the lease's end by the clock, once the early timer fired (leasewake.go)

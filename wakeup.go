@@ -19,7 +19,8 @@ import (
 // announcedPoll is how often a waiter that listens still polls a holder
 // that announces its release, in case the announcement is lost: the
 // holder's PUBLISH was refused, or the subscription dropped. The holder's
-// expiry still cuts the wait short.
+// expiry still cuts the wait short. It is the Locker's config.announcedPoll,
+// which tests that tell how a wait was served lengthen.
 const announcedPoll = 50 * time.Millisecond
 
 // wakeup is one Acquire's subscription to its key's releases. It is made
