@@ -28,6 +28,30 @@ type criticalSection struct {
 	mu       sync.Mutex
 	sections [][2]time.Time
 	overran  int
+	// grants, where a test records them (granted), is what became of each
+	// lease its workers were granted, by token: whose a value left behind
+	// was (whose).
+	grants map[string]string
+}
+
+// granted records what became of lock's lease ("held", "released").
+func (c *criticalSection) granted(lock *Lock, what string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.grants == nil {
+		c.grants = make(map[string]string)
+	}
+	c.grants[lock.token] = what
+}
+
+// whose says whose lease value was, among the grants recorded.
+func (c *criticalSection) whose(value string) string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if what, ok := c.grants[tokenOf(value)]; ok {
+		return "a worker's lease, " + what
+	}
+	return "not a lease granted to any worker"
 }
 
 // hold runs body as a critical section of lock, whose Locker reads clock,
